@@ -1,0 +1,47 @@
+# cdcsync: every target works on a fresh machine; the first `make up` installs.
+SHELL := /bin/bash
+STATE := $(shell python3 -c 'import sys; sys.path.insert(0, "deploy/local"); import stack; print(stack.STATE)')
+VENV  := $(STATE)/venv
+PY    := $(VENV)/bin/python
+STACK := python3 deploy/local/stack.py
+
+.PHONY: help install up down status demo test test-unit test-integration test-chaos lint bench clean-state
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
+
+install:  ## install Debian packages, jars (Maven) and the Python env, once
+	@bash deploy/local/install.sh
+
+up: install  ## start the local stack (a no-op when it already runs)
+	@$(STACK) up
+
+down:  ## stop exactly the processes `make up` started
+	@$(STACK) down
+
+status:  ## state, port and memory of every component
+	@$(STACK) status
+
+demo: up  ## stack up, sample database loaded, connectors applied; prints where to look
+	@$(PY) deploy/local/demo.py
+
+test: up  ## unit + integration + chaos tests against the real stack
+	@$(PY) -m pytest tests/unit tests/integration tests/chaos -p no:cacheprovider -ra
+
+test-unit: install  ## unit tests only (no services)
+	@$(PY) -m pytest tests/unit -p no:cacheprovider -q
+
+test-integration: up
+	@$(PY) -m pytest tests/integration -p no:cacheprovider -ra
+
+test-chaos: up
+	@$(PY) -m pytest tests/chaos -p no:cacheprovider -ra
+
+lint: install  ## ruff and mypy
+	@$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
+
+bench: up  ## benchmarks (not part of `make test`)
+	@$(PY) -m bench
+
+clean-state: down  ## delete the state directory (data, logs, caches)
+	rm -rf $(STATE)

@@ -1,0 +1,73 @@
+"""The ``cdcsync`` command: one group, one module per command, loaded on use.
+
+Commands import their heavy dependencies (pyspark, Kafka clients) only when
+they run, so ``cdcsync --help`` answers at once. Exit codes, for every command:
+0 success, 1 the operation failed or found a problem, 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from cdcsync import __version__
+from cdcsync.errors import CdcsyncError, ConfigError
+
+# command name -> (module, attribute, one-line help shown without importing it)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "connectors": ("cdcsync.cli.connectors", "connectors", "Register Debezium connectors and show their state."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][2]) for name in sorted(COMMANDS)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.option("--config", "-c", "config_path", envvar="CDCSYNC_CONFIG", show_envvar=True, default="cdcsync.yaml",
+              type=click.Path(dir_okay=False), help="The YAML config file.")
+@click.version_option(__version__, prog_name="cdcsync")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str) -> None:
+    """Change-data-capture sync: a source database followed by Elasticsearch, Redis and Delta Lake."""
+    ctx.obj = {"config_path": config_path}
+
+
+def load(ctx: click.Context) -> Any:
+    from cdcsync.config import load_config
+
+    return load_config(ctx.obj["config_path"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="cdcsync", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(2)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except ConfigError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    except CdcsyncError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)

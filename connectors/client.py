@@ -1,0 +1,87 @@
+"""A small client for Kafka Connect's REST API.
+
+Only what cdcsync needs: read, validate, PUT (create-or-update, idempotent),
+status, restart and delete. A Connect worker that cannot be reached raises
+``ConnectUnreachable`` naming the URL; 5xx and rebalance conflicts (409) are
+retryable, everything else is fatal with Connect's own message.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from cdcsync.errors import FatalError, RetryableError
+
+
+class ConnectUnreachable(RetryableError):
+    """Kafka Connect's REST endpoint did not answer."""
+
+
+class ConnectClient:
+    def __init__(self, url: str, timeout_s: float = 15.0, retries: int = 5) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._http = requests.Session()
+
+    def _call(self, method: str, path: str, body: Any = None, ok_404: bool = False) -> Any:
+        last: Exception | None = None
+        for attempt in range(self.retries):
+            try:
+                return self._once(method, path, body, ok_404)
+            except RetryableError as err:
+                last = err
+                time.sleep(min(err.retry_after * (attempt + 1), 5))
+        assert last is not None
+        raise last
+
+    def _once(self, method: str, path: str, body: Any, ok_404: bool) -> Any:
+        try:
+            response = self._http.request(method, self.url + path, json=body, timeout=self.timeout_s)
+        except requests.RequestException as err:
+            raise ConnectUnreachable(
+                f"Kafka Connect unreachable at {self.url} ({type(err).__name__}); is it running? (make up; make status)"
+            ) from None
+        if response.status_code == 404 and ok_404:
+            return None
+        if response.status_code == 409 or response.status_code >= 500:
+            raise RetryableError(f"Kafka Connect {method} {path}: {response.status_code} {response.text[:300]}")
+        if response.status_code >= 400:
+            raise FatalError(f"Kafka Connect {method} {path}: {response.status_code} {response.text[:500]}")
+        return response.json() if response.content else None
+
+    def version(self) -> dict[str, Any]:
+        return self._call("GET", "/")
+
+    def plugins(self) -> list[str]:
+        return [p["class"] for p in self._call("GET", "/connector-plugins")]
+
+    def connectors(self) -> list[str]:
+        return list(self._call("GET", "/connectors"))
+
+    def get_config(self, name: str) -> dict[str, str] | None:
+        return self._call("GET", f"/connectors/{quote(name)}/config", ok_404=True)
+
+    def validate(self, connector_class: str, config: dict[str, str]) -> dict[str, list[str]]:
+        """Connect's own validation of a config: field name -> errors (empty when valid)."""
+        plugin = connector_class.rsplit(".", 1)[-1]
+        result = self._call("PUT", f"/connector-plugins/{quote(plugin)}/config/validate", config)
+        return {
+            c["value"]["name"]: c["value"]["errors"] for c in result.get("configs", []) if c["value"].get("errors")
+        }
+
+    def put_config(self, name: str, config: dict[str, str]) -> dict[str, Any]:
+        return self._call("PUT", f"/connectors/{quote(name)}/config", config)
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        return self._call("GET", f"/connectors/{quote(name)}/status", ok_404=True)
+
+    def restart(self, name: str) -> None:
+        self._call("POST", f"/connectors/{quote(name)}/restart?includeTasks=true&onlyFailed=true")
+
+    def delete(self, name: str) -> None:
+        self._call("DELETE", f"/connectors/{quote(name)}", ok_404=True)

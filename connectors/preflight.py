@@ -1,0 +1,130 @@
+"""Pre-flight checks: is each source ready for Debezium, and is Kafka Connect?
+
+Every check that fails says what is wrong and how to fix it, in the words an
+operator would act on ("set wal_level = logical in postgresql.conf and
+restart"). All checks run and all problems are reported together; nothing is
+registered unless all pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+import pymysql
+
+from cdcsync.config import Config, SourceConfig
+from cdcsync.connectors.client import ConnectClient, ConnectUnreachable
+from cdcsync.connectors.render import CONNECTOR_CLASSES
+
+
+def check_connect(client: ConnectClient, config: Config) -> list[str]:
+    try:
+        installed = set(client.plugins())
+    except ConnectUnreachable as err:
+        return [str(err)]
+    problems = []
+    for kind in sorted({s.kind for s in config.sources}):
+        if CONNECTOR_CLASSES[kind] not in installed:
+            problems.append(
+                f"Kafka Connect at {client.url} has no {CONNECTOR_CLASSES[kind]} plugin; "
+                "put the Debezium connector's jars in a directory on its plugin.path and restart it"
+            )
+    return problems
+
+
+def check_postgres(source: SourceConfig) -> list[str]:
+    where = f"source {source.name} (postgres {source.host}:{source.port}/{source.database})"
+    try:
+        conn = psycopg.connect(
+            host=source.host, port=source.port, dbname=source.database, user=source.user,
+            password=source.password.get_secret_value(), connect_timeout=5,
+        )
+    except psycopg.OperationalError as err:
+        return [f"{where}: cannot connect as {source.user}: {str(err).strip().splitlines()[-1]}"]
+    problems = []
+    with conn:
+        wal_level = conn.execute("SHOW wal_level").fetchone()[0]  # type: ignore[index]
+        if wal_level != "logical":
+            problems.append(
+                f"{where}: wal_level is {wal_level!r}; set wal_level = logical in postgresql.conf and restart Postgres"
+            )
+        super_, repl = conn.execute(
+            "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()  # type: ignore[misc]
+        if not (super_ or repl):
+            problems.append(f"{where}: role {source.user} lacks REPLICATION; run ALTER ROLE {source.user} REPLICATION")
+        for table in source.tables:
+            row = conn.execute(
+                "SELECT c.oid, pg_get_userbyid(c.relowner) = current_user,"
+                " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)"
+                " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+                (table.namespace, table.table),
+            ).fetchone()
+            if row is None:
+                problems.append(f"{where}: unknown table {table} in sources[{source.name}].tables; create it or remove it")
+                continue
+            _, owned, has_pk = row
+            if not has_pk:
+                problems.append(f"{where}: table {table} has no primary key; topics are keyed and compacted by it")
+            if not owned and not super_:
+                problems.append(
+                    f"{where}: {source.user} does not own {table}, so Debezium cannot add it to publication "
+                    f"{source.publication}; create the publication as its owner or grant ownership"
+                )
+    return problems
+
+
+def check_mariadb(source: SourceConfig) -> list[str]:
+    where = f"source {source.name} ({source.kind} {source.host}:{source.port})"
+    try:
+        conn = pymysql.connect(
+            host=source.host, port=source.port, user=source.user, password=source.password.get_secret_value(),
+            connect_timeout=5,
+        )
+    except pymysql.MySQLError as err:
+        return [f"{where}: cannot connect as {source.user}: {err}"]
+    problems = []
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT @@log_bin, @@binlog_format, @@binlog_row_image")
+        log_bin, fmt, image = cur.fetchone()  # type: ignore[misc]
+        if not log_bin:
+            problems.append(f"{where}: the binary log is off; start the server with --log-bin")
+        if fmt != "ROW":
+            problems.append(f"{where}: binlog_format is {fmt}; set binlog_format = ROW")
+        if image != "FULL":
+            problems.append(f"{where}: binlog_row_image is {image}; set binlog_row_image = FULL")
+        cur.execute("SHOW GRANTS")
+        grants = " ".join(row[0] for row in cur.fetchall()).upper()
+        if "REPLICATION SLAVE" not in grants and "ALL PRIVILEGES ON *.*" not in grants:
+            problems.append(
+                f"{where}: {source.user} lacks REPLICATION SLAVE; run GRANT REPLICATION SLAVE, BINLOG MONITOR, "
+                f"RELOAD, SELECT ON *.* TO '{source.user}'@'%'"
+            )
+        for table in source.tables:
+            cur.execute(
+                "SELECT t.table_name, EXISTS (SELECT 1 FROM information_schema.table_constraints c"
+                " WHERE c.table_schema = t.table_schema AND c.table_name = t.table_name"
+                " AND c.constraint_type = 'PRIMARY KEY')"
+                " FROM information_schema.tables t WHERE t.table_schema = %s AND t.table_name = %s",
+                (table.namespace, table.table),
+            )
+            row = cur.fetchone()
+            if row is None:
+                problems.append(f"{where}: unknown table {table} in sources[{source.name}].tables; create it or remove it")
+            elif not row[1]:
+                problems.append(f"{where}: table {table} has no primary key; topics are keyed and compacted by it")
+    return problems
+
+
+CHECKS: dict[str, Callable[[SourceConfig], list[str]]] = {
+    "postgres": check_postgres, "mariadb": check_mariadb, "mysql": check_mariadb,
+}
+
+
+def run_preflight(config: Config, client: ConnectClient, sources: list[SourceConfig]) -> list[str]:
+    problems = check_connect(client, config)
+    for source in sources:
+        problems.extend(CHECKS[source.kind](source))
+    return problems

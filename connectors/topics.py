@@ -1,0 +1,89 @@
+"""Pre-create the topics a source writes to, with the settings capture relies on.
+
+Per captured table: ``cleanup.policy=compact`` so the topic keeps the latest
+row per primary key (deletes end in a tombstone). The heartbeat topic is
+compacted too. The MariaDB schema-history topic must never lose a record:
+one partition, delete policy, infinite retention. An existing topic whose
+cleanup policy is wrong is reported, not silently changed: compacting a topic
+that consumers treat as a full history would lose data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from cdcsync.config import Config, SourceConfig
+from cdcsync.errors import FatalError, RetryableError
+
+COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
+HISTORY = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def topic_specs(source: SourceConfig) -> list[TopicSpec]:
+    specs = [TopicSpec(source.topic(t), source.topic_partitions, COMPACT) for t in source.tables]
+    specs.append(TopicSpec(source.heartbeat_topic, 1, COMPACT))
+    if source.kind != "postgres":
+        specs.append(TopicSpec(source.schema_history_topic, 1, HISTORY))
+    return specs
+
+
+def admin(config: Config) -> AdminClient:
+    return AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers, "socket.timeout.ms": 10000})
+
+
+def existing_topics(client: AdminClient) -> set[str]:
+    try:
+        return set(client.list_topics(timeout=15).topics)
+    except KafkaException as err:
+        raise RetryableError(f"Kafka unreachable: {err}") from None
+
+
+def ensure_topics(config: Config, specs: list[TopicSpec]) -> list[str]:
+    """Create missing topics; return one line per action taken. Raise if an existing topic is not as required."""
+    client = admin(config)
+    present = existing_topics(client)
+    actions, missing = [], [s for s in specs if s.name not in present]
+    if missing:
+        futures = client.create_topics([
+            NewTopic(s.name, num_partitions=s.partitions, replication_factor=config.kafka.topic_replication_factor,
+                     config=s.config) for s in missing
+        ])
+        for name, future in futures.items():
+            try:
+                future.result(timeout=30)
+                actions.append(f"topic {name}: created")
+            except KafkaException as err:
+                if "TOPIC_ALREADY_EXISTS" not in str(err):
+                    raise FatalError(f"creating topic {name} failed: {err}") from None
+    wanted = {s.name: s for s in specs if s.name in present}
+    if wanted:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in wanted]
+        for resource, future in client.describe_configs(resources).items():
+            policy = future.result(timeout=30)["cleanup.policy"].value
+            expected = wanted[resource.name].config["cleanup.policy"]
+            if policy != expected:
+                raise FatalError(
+                    f"topic {resource.name} exists with cleanup.policy={policy}, expected {expected}; "
+                    f"fix it with kafka-configs --alter --entity-type topics --entity-name {resource.name} "
+                    f"--add-config cleanup.policy={expected}"
+                )
+    return actions
+
+
+def delete_topics(config: Config, names: list[str]) -> None:
+    client = admin(config)
+    present = existing_topics(client)
+    todo = [n for n in names if n in present]
+    if todo:
+        for future in client.delete_topics(todo, operation_timeout=30).values():
+            future.result(timeout=60)

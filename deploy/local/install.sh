@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Install everything the local stack and the test suite need, once.
+#
+#   Debian packages   PostgreSQL, MariaDB, Redis (apt-get; only what is missing)
+#   Maven Central     Kafka, Kafka Connect, Debezium plugins, Elasticsearch, Spark
+#                     Kafka source + Delta Lake: pinned in deploy/local/pom.xml
+#   PyPI              this package and its pinned dependencies, in a virtualenv
+#
+# Downloads are cached under the state directory (Maven repository, pip cache)
+# and each step leaves a stamp keyed by its inputs, so a second run does nothing.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+state="$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import stack; print(stack.STATE)' "$here")"
+stamps="$state/stamps"
+mkdir -p "$state/lib" "$state/plugins" "$state/opt" "$stamps"
+
+step() { printf '==> %s\n' "$*"; }
+fingerprint() { cat "$@" | sha256sum | cut -c1-16; }
+
+# ---- Debian packages -------------------------------------------------------
+missing=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v mariadbd >/dev/null || missing+=(mariadb-server)
+command -v mariadb >/dev/null || missing+=(mariadb-client)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v unzip >/dev/null || missing+=(unzip)
+command -v mvn >/dev/null || missing+=(maven)
+if ((${#missing[@]})); then
+  step "apt-get install ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "error: missing Debian packages: ${missing[*]}; install them as root (sudo $0)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Databases and Elasticsearch refuse to run as root: when root, they run as an
+# unprivileged service user that owns their data directories.
+if [ "$(id -u)" -eq 0 ] && ! id cdcsync >/dev/null 2>&1; then
+  step "creating service user cdcsync"
+  useradd --system --no-create-home --shell /usr/sbin/nologin cdcsync
+fi
+
+# ---- Maven Central ---------------------------------------------------------
+mvn_profile() {  # profile, output directory
+  local profile=$1 out=$2 key
+  key="$(fingerprint "$here/pom.xml")-$profile"
+  if [ "$(cat "$stamps/mvn-$profile" 2>/dev/null)" = "$key" ] && [ -d "$out" ]; then
+    return
+  fi
+  step "resolving $profile jars (Maven)"
+  rm -rf "$out"
+  mvn -B -q -Dstyle.color=never -s "$here/maven-settings.xml" -f "$here/pom.xml" -P "$profile" \
+    -Dmaven.repo.local="$state/m2" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$out"
+  echo "$key" >"$stamps/mvn-$profile"
+}
+mvn_profile kafka "$state/lib/kafka"
+mvn_profile connect "$state/lib/connect"
+mvn_profile debezium-postgres "$state/plugins/debezium-postgres"
+mvn_profile debezium-mariadb "$state/plugins/debezium-mariadb"
+mvn_profile spark "$state/lib/spark"
+mvn_profile elasticsearch "$state/lib/elasticsearch"
+es_zip="$(ls "$state"/lib/elasticsearch/elasticsearch-*.zip)"
+es_dir="$state/opt/$(basename "$es_zip" .zip)"
+if [ ! -x "$es_dir/bin/elasticsearch" ]; then
+  step "unpacking $(basename "$es_zip")"
+  rm -rf "$state"/opt/elasticsearch-*
+  unzip -q -o "$es_zip" -d "$state/opt"
+fi
+
+# ---- PyPI ------------------------------------------------------------------
+venv="$state/venv"
+key="$(fingerprint "$repo/pyproject.toml")-$repo"
+if [ "$(cat "$stamps/venv" 2>/dev/null)" != "$key" ] || [ ! -x "$venv/bin/cdcsync" ]; then
+  step "installing cdcsync and its pinned Python dependencies into $venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  export PIP_CACHE_DIR="$state/pip-cache" PIP_DISABLE_PIP_VERSION_CHECK=1
+  "$venv/bin/pip" install -q -e "$repo[dev]"
+  echo "$key" >"$stamps/venv"
+fi
+step "installed; state directory: $state"

@@ -1,0 +1,572 @@
+#!/usr/bin/env python3
+"""Start, stop and inspect the local stack: every service a local process on loopback.
+
+Standard library only, so it runs before the project's virtualenv exists.
+``install.sh`` puts the binaries in place (Debian packages, jars resolved by
+Maven); this script owns the processes:
+
+    stack.py up [COMPONENT...]      start what is not running, wait until healthy
+    stack.py down [COMPONENT...]    stop exactly the processes it started
+    stack.py status [--json]        state, pid, port and RSS of each component
+    stack.py kill COMPONENT         SIGKILL a component (chaos tests)
+
+Everything lives under one state directory (``CDCSYNC_STATE_DIR``): data/,
+logs/, run/ (pid files, sockets), conf/ (generated configs). Ports and
+credentials come from ``stack.env`` beside this file. A component that does not
+come up in time fails ``up`` with exit 1, naming it and the path of its log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import glob
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+ORDER = ["postgres", "mariadb", "redis", "kafka", "elasticsearch", "connect"]
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            values[key.strip()] = value.strip()
+    return values
+
+
+def default_state_dir() -> Path:
+    # Root's home is closed to the unprivileged user the databases run as, so
+    # root keeps its state under /var/lib.
+    if os.geteuid() == 0:
+        return Path("/var/lib/cdcsync")
+    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "cdcsync"
+
+
+ENV = {**read_env_file(HERE / "stack.env"), **{k: v for k, v in os.environ.items() if k in read_env_file(HERE / "stack.env")}}
+STATE = Path(os.environ.get("CDCSYNC_STATE_DIR") or default_state_dir())
+DATA, LOGS, RUN, CONF = STATE / "data", STATE / "logs", STATE / "run", STATE / "conf"
+SERVICE_USER = os.environ.get("CDCSYNC_SERVICE_USER", "cdcsync") if os.geteuid() == 0 else None
+JAVA = str(Path(os.environ["JAVA_HOME"]) / "bin/java") if os.environ.get("JAVA_HOME") else (shutil.which("java") or "java")
+
+
+class StackError(Exception):
+    """A component failed; the message names it and where to look."""
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _user_ids() -> tuple[int, int] | None:
+    if SERVICE_USER is None:
+        return None
+    entry = pwd.getpwnam(SERVICE_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def own(*paths: Path) -> None:
+    """Give the service user the paths it writes (a no-op when not root)."""
+    ids = _user_ids()
+    for path in paths:
+        if not path.exists():
+            path.mkdir(parents=True)
+        if ids:
+            for root, dirs, files in os.walk(path):
+                for name in [root, *(os.path.join(root, d) for d in dirs), *(os.path.join(root, f) for f in files)]:
+                    os.chown(name, *ids)
+
+
+def run_as_service(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    ids = _user_ids()
+    if ids:
+        kwargs.update(user=ids[0], group=ids[1], extra_groups=[])
+    return subprocess.run(argv, check=False, capture_output=True, text=True, **kwargs)
+
+
+def proc_start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def pidfile(name: str) -> Path:
+    return RUN / f"{name}.pid"
+
+
+def read_pid(name: str) -> int | None:
+    """The pid this script recorded for NAME, if that very process still runs."""
+    try:
+        pid_s, started = pidfile(name).read_text().split()
+        pid = int(pid_s)
+    except (OSError, ValueError):
+        return None
+    # A recycled pid belongs to someone else: compare the recorded start time.
+    return pid if proc_start_time(pid) == started else None
+
+
+def write_pid(name: str, pid: int) -> None:
+    pidfile(name).write_text(f"{pid} {proc_start_time(pid)}\n")
+
+
+def spawn(name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> int:
+    log = open(LOGS / f"{name}.log", "ab")
+    kwargs: dict = {}
+    ids = _user_ids()
+    if ids:
+        kwargs.update(user=ids[0], group=ids[1], extra_groups=[])
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True, env={**os.environ, **(env or {})}, cwd=cwd, **kwargs,
+    )
+    write_pid(name, proc.pid)
+    return proc.pid
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def rss_bytes(pid: int) -> int:
+    total = 0
+    for p in descendants(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def terminate(name: str, pid: int, timeout: float = 60) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 10)
+        while time.monotonic() < deadline and proc_start_time(pid) is not None:
+            _reap(pid)
+            time.sleep(0.2)
+        if proc_start_time(pid) is None:
+            break
+        print(f"  {name}: still running after SIGTERM, sending SIGKILL", flush=True)
+    pidfile(name).unlink(missing_ok=True)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+# --------------------------------------------------------------------------- health checks
+
+
+def tcp_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def redis_ping() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", int(ENV["REDIS_PORT"])), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def connect_ready() -> bool:
+    base = f"http://127.0.0.1:{ENV['CONNECT_PORT']}"
+    try:
+        with urllib.request.urlopen(f"{base}/connector-plugins", timeout=3) as response:
+            classes = {p["class"] for p in json.load(response)}
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return {"io.debezium.connector.postgresql.PostgresConnector",
+            "io.debezium.connector.mariadb.MariaDbConnector"} <= classes
+
+
+def wait_until(name: str, check: Callable[[], bool], timeout: float, pid_of: Callable[[], int | None]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if pid_of() is None:
+            raise StackError(f"{name} exited during start-up; log: {LOGS / (name + '.log')}\n{tail(name)}")
+        time.sleep(0.5)
+    raise StackError(f"{name} did not become healthy within {timeout:.0f}s; log: {LOGS / (name + '.log')}\n{tail(name)}")
+
+
+def tail(name: str, lines: int = 15) -> str:
+    try:
+        text = (LOGS / f"{name}.log").read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return "  (no log written)"
+    return "\n".join("  | " + line for line in text)
+
+
+# --------------------------------------------------------------------------- components
+
+
+@dataclass
+class Component:
+    name: str
+    port_key: str
+    start: Callable[[], None]
+    healthy: Callable[[], bool]
+    timeout: float
+    pid: Callable[[], int | None]
+    stop: Callable[[int], None]
+
+
+def pg_bin(tool: str) -> str:
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+    if not versions:
+        raise StackError("postgres: no server under /usr/lib/postgresql; run deploy/local/install.sh")
+    return f"{versions[-1]}/{tool}"
+
+
+def pg_pid() -> int | None:
+    try:
+        pid = int((DATA / "postgres/postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if proc_start_time(pid) is not None else None
+
+
+def pg_start() -> None:
+    data = DATA / "postgres"
+    if not (data / "PG_VERSION").exists():
+        own(data)
+        pwfile = RUN / "pg.pw"
+        pwfile.write_text("postgres\n")
+        own(pwfile)
+        done = run_as_service([pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--pwfile", str(pwfile),
+                               "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-locale"])
+        pwfile.unlink()
+        if done.returncode:
+            raise StackError(f"postgres: initdb failed\n{done.stdout}{done.stderr}")
+        with open(data / "postgresql.conf", "a") as conf:
+            conf.write(
+                "\n# cdcsync local stack\n"
+                f"port = {ENV['PG_PORT']}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{RUN}'\n"
+                "wal_level = logical\nmax_wal_senders = 20\nmax_replication_slots = 20\n"
+                "shared_buffers = 128MB\nmax_connections = 100\n"
+            )
+    done = run_as_service([pg_bin("pg_ctl"), "-D", str(data), "-l", str(LOGS / "postgres.log"), "-w", "-t", "60", "start"])
+    if done.returncode:
+        raise StackError(f"postgres failed to start; log: {LOGS / 'postgres.log'}\n{done.stdout}{done.stderr}\n{tail('postgres')}")
+    user, password, db = ENV["PG_USER"], ENV["PG_PASSWORD"], ENV["PG_DATABASE"]
+    psql = [pg_bin("psql"), "-h", str(RUN), "-p", ENV["PG_PORT"], "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-qtA"]
+    script = (
+        f"SELECT 'CREATE ROLE {user} LOGIN REPLICATION CREATEDB PASSWORD ''{password}''' "
+        f"WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{user}') \\gexec\n"
+        f"SELECT 'CREATE DATABASE {db} OWNER {user}' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{db}') \\gexec\n"
+    )
+    done = run_as_service([*psql, "-d", "postgres"], input=script)
+    if done.returncode:
+        raise StackError(f"postgres: provisioning role/database failed\n{done.stderr}")
+
+
+def pg_stop(_pid: int) -> None:
+    run_as_service([pg_bin("pg_ctl"), "-D", str(DATA / "postgres"), "-m", "fast", "-w", "-t", "60", "stop"])
+
+
+def mariadb_start() -> None:
+    data = DATA / "mariadb"
+    if not (data / "mysql").exists():
+        own(data)
+        done = run_as_service(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--skip-test-db",
+                               "--auth-root-authentication-method=normal"]
+                              + ([f"--user={SERVICE_USER}"] if SERVICE_USER else []))
+        if done.returncode:
+            raise StackError(f"mariadb: mariadb-install-db failed\n{done.stdout}{done.stderr}")
+    spawn("mariadb", [
+        shutil.which("mariadbd") or "/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}",
+        f"--port={ENV['MARIADB_PORT']}", "--bind-address=127.0.0.1", f"--socket={RUN / 'mariadb.sock'}",
+        f"--pid-file={RUN / 'mariadbd.pid'}", "--log-bin=mariadb-bin", "--binlog-format=ROW",
+        "--binlog-row-image=FULL", "--server-id=1", "--gtid-domain-id=0", "--log-slave-updates",
+        "--innodb-buffer-pool-size=128M", "--expire-logs-days=7", "--skip-name-resolve",
+    ])
+
+
+def mariadb_sql(sql: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["mariadb", "--no-defaults", f"--socket={RUN / 'mariadb.sock'}", "-uroot", "-e", sql],
+                          capture_output=True, text=True, check=False)
+
+
+def mariadb_ready() -> bool:
+    if mariadb_sql("SELECT 1").returncode:
+        return False
+    user, password, db = ENV["MARIADB_USER"], ENV["MARIADB_PASSWORD"], ENV["MARIADB_DATABASE"]
+    done = mariadb_sql(
+        f"CREATE DATABASE IF NOT EXISTS {db};"
+        f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY '{password}';"
+        f"GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, BINLOG MONITOR, LOCK TABLES ON *.* TO '{user}'@'%';"
+        f"GRANT ALL PRIVILEGES ON {db}.* TO '{user}'@'%';"
+        f"GRANT CREATE, DROP, ALTER, INSERT, UPDATE, DELETE, INDEX ON *.* TO '{user}'@'%';"
+    )
+    if done.returncode:
+        raise StackError(f"mariadb: provisioning user failed: {done.stderr.strip()}")
+    return True
+
+
+def redis_start() -> None:
+    own(DATA / "redis")
+    spawn("redis", [shutil.which("redis-server") or "/usr/bin/redis-server", "--port", ENV["REDIS_PORT"],
+                    "--bind", "127.0.0.1", "--dir", str(DATA / "redis"), "--appendonly", "yes",
+                    "--save", "", "--daemonize", "no", "--logfile", ""])
+
+
+def log4j_config() -> Path:
+    path = CONF / "log4j2.properties"
+    path.write_text(
+        "status = warn\n"
+        "appender.out.type = Console\nappender.out.name = OUT\n"
+        "appender.out.layout.type = PatternLayout\nappender.out.layout.pattern = [%d] %p %m (%c)%n\n"
+        "rootLogger.level = INFO\nrootLogger.appenderRef.out.ref = OUT\n"
+        "logger.kafka.name = kafka\nlogger.kafka.level = WARN\n"
+        "logger.kafkaorg.name = org.apache.kafka\nlogger.kafkaorg.level = WARN\n"
+        "logger.connect.name = org.apache.kafka.connect.runtime.Worker\nlogger.connect.level = INFO\n"
+        "logger.debezium.name = io.debezium\nlogger.debezium.level = INFO\n"
+    )
+    return path
+
+
+def java_cmd(lib: str, heap: str, main: str, *args: str) -> list[str]:
+    jars = STATE / "lib" / lib
+    if not any(jars.glob("*.jar")):
+        raise StackError(f"{lib}: no jars in {jars}; run deploy/local/install.sh")
+    return [JAVA, f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            f"-Dlog4j2.configurationFile={log4j_config()}", "-cp", f"{jars}/*", main, *args]
+
+
+def kafka_start() -> None:
+    data, conf = DATA / "kafka", CONF / "kafka.properties"
+    port, cport = ENV["KAFKA_PORT"], ENV["KAFKA_CONTROLLER_PORT"]
+    conf.write_text(
+        "process.roles=broker,controller\nnode.id=1\n"
+        f"controller.quorum.voters=1@127.0.0.1:{cport}\n"
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}\n"
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n"
+        "controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n"
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
+        f"log.dirs={data}\nnum.partitions=1\ndefault.replication.factor=1\n"
+        "offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\n"
+        "transaction.state.log.min.isr=1\nshare.coordinator.state.topic.replication.factor=1\n"
+        "share.coordinator.state.topic.min.isr=1\ngroup.initial.rebalance.delay.ms=0\n"
+        "log.cleaner.enable=true\nauto.create.topics.enable=true\ndelete.topic.enable=true\n"
+    )
+    own(data)
+    if not (data / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        done = run_as_service(java_cmd("kafka", "256m", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf)))
+        if done.returncode:
+            raise StackError(f"kafka: formatting storage failed\n{done.stdout}{done.stderr}")
+    spawn("kafka", java_cmd("kafka", ENV["KAFKA_HEAP"], "kafka.Kafka", str(conf)))
+
+
+def connect_start() -> None:
+    conf = CONF / "connect.properties"
+    conf.write_text(
+        f"bootstrap.servers=127.0.0.1:{ENV['KAFKA_PORT']}\ngroup.id=cdcsync-connect\n"
+        "key.converter=org.apache.kafka.connect.json.JsonConverter\n"
+        "value.converter=org.apache.kafka.connect.json.JsonConverter\n"
+        "key.converter.schemas.enable=false\nvalue.converter.schemas.enable=false\n"
+        "config.storage.topic=_connect_configs\noffset.storage.topic=_connect_offsets\n"
+        "status.storage.topic=_connect_status\nconfig.storage.replication.factor=1\n"
+        "offset.storage.replication.factor=1\nstatus.storage.replication.factor=1\n"
+        # Flush source offsets every second so a crash re-sends little.
+        "offset.flush.interval.ms=1000\n"
+        # One worker: reassign a dead worker's tasks at once instead of after 5 minutes.
+        "scheduled.rebalance.max.delay.ms=0\n"
+        f"listeners=http://127.0.0.1:{ENV['CONNECT_PORT']}\nrest.advertised.host.name=127.0.0.1\n"
+        f"plugin.path={STATE / 'plugins'}\ntopic.creation.enable=true\n"
+    )
+    spawn("connect", java_cmd("connect", ENV["CONNECT_HEAP"], "org.apache.kafka.connect.cli.ConnectDistributed", str(conf)))
+
+
+def es_home() -> Path:
+    homes = sorted((STATE / "opt").glob("elasticsearch-*"))
+    if not homes:
+        raise StackError(f"elasticsearch: not unpacked under {STATE / 'opt'}; run deploy/local/install.sh")
+    return homes[-1]
+
+
+def es_start() -> None:
+    home, conf = es_home(), CONF / "elasticsearch"
+    if not conf.exists():
+        shutil.copytree(home / "config", conf)
+    # The shipped jvm.options logs GC to a path relative to the install dir;
+    # keep only what matters and let ES_JAVA_OPTS set the heap.
+    (conf / "jvm.options").write_text("-XX:+UseG1GC\n-Djava.io.tmpdir=${ES_TMPDIR}\n-XX:+ExitOnOutOfMemoryError\n")
+    own(conf, DATA / "elasticsearch")
+    heap = ENV["ES_HEAP"]
+    java_home = os.environ.get("JAVA_HOME") or str(Path(os.path.realpath(JAVA)).parent.parent)
+    spawn("elasticsearch", [
+        str(home / "bin/elasticsearch"),
+        "-E", f"http.port={ENV['ES_PORT']}", "-E", f"transport.port={ENV['ES_TRANSPORT_PORT']}",
+        "-E", "network.host=127.0.0.1", "-E", "discovery.type=single-node", "-E", "cluster.name=cdcsync",
+        "-E", "xpack.security.enabled=false", "-E", f"path.data={DATA / 'elasticsearch'}",
+        "-E", f"path.logs={LOGS / 'elasticsearch'}", "-E", "action.destructive_requires_name=false",
+        "-E", "cluster.routing.allocation.disk.threshold_enabled=false",
+    ], env={"ES_JAVA_HOME": java_home, "ES_PATH_CONF": str(conf), "ES_JAVA_OPTS": f"-Xms{heap} -Xmx{heap}"}, cwd=home)
+
+
+def es_healthy() -> bool:
+    return http_ok(f"http://127.0.0.1:{ENV['ES_PORT']}/_cluster/health?wait_for_status=yellow&timeout=1s")
+
+
+def spawned(name: str) -> Callable[[], int | None]:
+    return lambda: read_pid(name)
+
+
+def stop_spawned(name: str) -> Callable[[int], None]:
+    return lambda pid: terminate(name, pid)
+
+
+COMPONENTS = {c.name: c for c in [
+    Component("postgres", "PG_PORT", pg_start, lambda: tcp_open(int(ENV["PG_PORT"])), 60, pg_pid, pg_stop),
+    Component("mariadb", "MARIADB_PORT", mariadb_start, mariadb_ready, 90, spawned("mariadb"), stop_spawned("mariadb")),
+    Component("redis", "REDIS_PORT", redis_start, redis_ping, 30, spawned("redis"), stop_spawned("redis")),
+    Component("kafka", "KAFKA_PORT", kafka_start, lambda: tcp_open(int(ENV["KAFKA_PORT"])), 90, spawned("kafka"), stop_spawned("kafka")),
+    Component("elasticsearch", "ES_PORT", es_start, es_healthy, 180, spawned("elasticsearch"), stop_spawned("elasticsearch")),
+    Component("connect", "CONNECT_PORT", connect_start, connect_ready, 180, spawned("connect"), stop_spawned("connect")),
+]}
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def up(names: list[str]) -> None:
+    for path in (DATA, LOGS, RUN, CONF):
+        path.mkdir(parents=True, exist_ok=True)
+    own(LOGS, RUN)
+    pending: list[Component] = []
+    for name in names:
+        comp = COMPONENTS[name]
+        if name == "connect":  # Connect needs the broker before it can start.
+            for waiting in pending:
+                wait_until(waiting.name, waiting.healthy, waiting.timeout, waiting.pid)
+                print(f"  {waiting.name:<14} up (port {ENV[waiting.port_key]})", flush=True)
+            pending = []
+        if comp.pid() is not None:
+            if comp.healthy():
+                print(f"  {name:<14} already running (pid {comp.pid()})", flush=True)
+                continue
+            pending.append(comp)
+            continue
+        print(f"  {name:<14} starting ...", flush=True)
+        comp.start()
+        pending.append(comp)
+    for comp in pending:
+        wait_until(comp.name, comp.healthy, comp.timeout, comp.pid)
+        print(f"  {comp.name:<14} up (port {ENV[comp.port_key]})", flush=True)
+
+
+def down(names: list[str]) -> None:
+    for name in reversed(names):
+        comp = COMPONENTS[name]
+        pid = comp.pid()
+        if pid is None:
+            print(f"  {name:<14} not running")
+            continue
+        print(f"  {name:<14} stopping (pid {pid})", flush=True)
+        comp.stop(pid)
+
+
+def status(as_json: bool) -> int:
+    report = {}
+    for name, comp in COMPONENTS.items():
+        pid = comp.pid()
+        report[name] = {
+            "running": pid is not None, "healthy": pid is not None and comp.healthy(), "pid": pid,
+            "port": int(ENV[comp.port_key]), "rss_bytes": rss_bytes(pid) if pid else 0,
+            "log": str(LOGS / f"{name}.log"),
+        }
+    total = sum(c["rss_bytes"] for c in report.values())
+    if as_json:
+        print(json.dumps({"state_dir": str(STATE), "components": report, "total_rss_bytes": total}, indent=2))
+    else:
+        print(f"state directory: {STATE}")
+        for name, c in report.items():
+            state = "healthy" if c["healthy"] else ("running, not healthy" if c["running"] else "stopped")
+            print(f"  {name:<14} {state:<22} port {c['port']:<6} pid {c['pid'] or '-':<8} rss {c['rss_bytes'] / 2**20:7.0f} MiB")
+        print(f"  {'total':<14} {'':<22} {'':<11} {'':<12} rss {total / 2**20:7.0f} MiB")
+    return 0 if all(c["healthy"] for c in report.values()) else 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Exit codes: 0 ok, 1 a component failed, 2 usage, 3 status: not all healthy.")
+    parser.add_argument("command", choices=["up", "down", "status", "kill"])
+    parser.add_argument("components", nargs="*", choices=[[], *ORDER], metavar="COMPONENT", help=", ".join(ORDER))
+    parser.add_argument("--json", action="store_true", help="status as JSON")
+    args = parser.parse_args(argv)
+    names = [n for n in ORDER if not args.components or n in args.components]
+    try:
+        if args.command == "up":
+            up(names)
+        elif args.command == "down":
+            down(names)
+        elif args.command == "kill":
+            for name in args.components:
+                pid = COMPONENTS[name].pid()
+                if pid:
+                    os.killpg(pid, signal.SIGKILL)
+                    print(f"  {name:<14} killed (pid {pid})")
+        else:
+            return status(args.json)
+    except StackError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
