@@ -50,7 +50,7 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
         raise PreflightError(problems)
     invalid = []
     for name, cfg in rendered.items():
-        for key, errors in client.validate(cfg["connector.class"], cfg).items():
+        for key, errors in client.validate(cfg["connector.class"], {**cfg, "name": name}).items():
             invalid.append(f"connector {name}: {key}: {'; '.join(errors)}")
     if invalid:
         raise ConfigError(invalid)

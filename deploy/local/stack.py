@@ -332,6 +332,7 @@ def mariadb_start() -> None:
         f"--pid-file={RUN / 'mariadbd.pid'}", "--log-bin=mariadb-bin", "--binlog-format=ROW",
         "--binlog-row-image=FULL", "--server-id=1", "--gtid-domain-id=0", "--log-slave-updates",
         "--innodb-buffer-pool-size=128M", "--expire-logs-days=7", "--skip-name-resolve",
+        "--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci",
     ])
 
 
@@ -345,7 +346,7 @@ def mariadb_ready() -> bool:
         return False
     user, password, db = ENV["MARIADB_USER"], ENV["MARIADB_PASSWORD"], ENV["MARIADB_DATABASE"]
     done = mariadb_sql(
-        f"CREATE DATABASE IF NOT EXISTS {db};"
+        f"CREATE DATABASE IF NOT EXISTS {db} CHARACTER SET utf8mb4;"
         f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY '{password}';"
         f"GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, BINLOG MONITOR, LOCK TABLES ON *.* TO '{user}'@'%';"
         f"GRANT ALL PRIVILEGES ON {db}.* TO '{user}'@'%';"

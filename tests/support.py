@@ -1,0 +1,180 @@
+"""Shared helpers for the integration and chaos tests: the real local stack, no stand-ins.
+
+Ports and credentials come from deploy/local/stack.env through the stack
+module itself, so the tests talk to exactly what `make up` started. Every
+capture scenario gets unique table, connector, slot and topic names and removes
+them afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pymysql
+from confluent_kafka import Consumer, TopicPartition
+
+from cdcsync.config import Config
+from cdcsync.connectors.apply import apply, client_for, status
+from cdcsync.connectors.topics import delete_topics, topic_specs
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "deploy/local"))
+import stack  # noqa: E402  (stdlib-only module beside the stack it manages)
+
+ENV = stack.ENV
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def pg_connect(autocommit: bool = True) -> psycopg.Connection:
+    return psycopg.connect(host="127.0.0.1", port=int(ENV["PG_PORT"]), dbname=ENV["PG_DATABASE"],
+                           user=ENV["PG_USER"], password=ENV["PG_PASSWORD"], autocommit=autocommit)
+
+
+def maria_connect(autocommit: bool = True) -> pymysql.connections.Connection:
+    return pymysql.connect(host="127.0.0.1", port=int(ENV["MARIADB_PORT"]), user=ENV["MARIADB_USER"],
+                           password=ENV["MARIADB_PASSWORD"], database=ENV["MARIADB_DATABASE"], autocommit=autocommit)
+
+
+def execute(kind: str, *statements: str, params: Any = None) -> None:
+    """Run statements in one transaction on the given source."""
+    if kind == "postgres":
+        with pg_connect(autocommit=False) as conn:
+            for sql in statements:
+                conn.execute(sql, params)
+    else:
+        conn = maria_connect(autocommit=False)
+        with conn, conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql, params)
+            conn.commit()
+
+
+def source_dict(kind: str, name: str, tables: list[str], **extra: Any) -> dict[str, Any]:
+    if kind == "postgres":
+        base = {"port": int(ENV["PG_PORT"]), "database": ENV["PG_DATABASE"], "user": ENV["PG_USER"],
+                "password": ENV["PG_PASSWORD"]}
+    else:
+        base = {"port": int(ENV["MARIADB_PORT"]), "database": ENV["MARIADB_DATABASE"], "user": ENV["MARIADB_USER"],
+                "password": ENV["MARIADB_PASSWORD"]}
+    return {"name": name, "kind": kind, "host": "127.0.0.1", "tables": tables, "heartbeat_interval_ms": 500,
+            **base, **extra}
+
+
+def config_for(*sources: dict[str, Any]) -> Config:
+    return Config.model_validate({
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
+        "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
+        "sources": list(sources),
+    })
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+@dataclass
+class Record:
+    offset: int
+    key: Any
+    value: Any  # None for a tombstone
+
+    @property
+    def op(self) -> str | None:
+        return None if self.value is None else self.value["op"]
+
+
+def read_topic(topic: str, done: Callable[[list[Record]], bool], timeout: float = 90) -> list[Record]:
+    """Read a single-partition topic from the start until ``done(records)`` holds; fail after ``timeout``."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{ENV['KAFKA_PORT']}", "group.id": f"test-{uid()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    records: list[Record] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not done(records):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {topic}: condition not met after {timeout}s; read {len(records)} records:\n"
+                                     + "\n".join(f"  {r.offset} {r.key} {r.op}" for r in records[-20:]))
+            for msg in consumer.consume(500, timeout=0.5):
+                if msg.error():
+                    continue
+                records.append(Record(msg.offset(), json.loads(msg.key()) if msg.key() else None,
+                                      json.loads(msg.value()) if msg.value() is not None else None))
+    finally:
+        consumer.close()
+    return records
+
+
+def end_offset(topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{ENV['KAFKA_PORT']}", "group.id": f"test-{uid()}"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------- capture scenarios
+
+
+def wait_streaming(config: Config, timeout: float = 120) -> None:
+    """Wait until every source's connector is RUNNING and streaming (its heartbeat topic has a record)."""
+    deadline = time.monotonic() + timeout
+    for source in config.sources:
+        while True:
+            report = status(config, [source.name])[0]
+            if report["state"] == "RUNNING" and report["tasks"] and report["tasks"][0]["state"] == "RUNNING" \
+                    and end_offset(source.heartbeat_topic) > 0:
+                break
+            if report["tasks"] and report["tasks"][0]["state"] == "FAILED":
+                raise AssertionError(f"connector {source.name} failed: {report['tasks'][0].get('trace')}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"connector {source.name} not streaming after {timeout}s: {report}")
+            time.sleep(0.5)
+
+
+def drop_capture(config: Config) -> None:
+    """Remove connectors, replication slots, publications and topics a scenario created."""
+    client = client_for(config)
+    for source in config.sources:
+        client.delete(source.name)
+    for source in config.sources:
+        if source.kind == "postgres":
+            with pg_connect() as conn:
+                for _ in range(60):  # the slot stays active until the task has stopped
+                    row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                                       (source.slot,)).fetchone()
+                    if row is None:
+                        break
+                    if not row[0]:
+                        conn.execute("SELECT pg_drop_replication_slot(%s)", (source.slot,))
+                        break
+                    time.sleep(0.5)
+                conn.execute(f"DROP PUBLICATION IF EXISTS {source.publication}")
+        delete_topics(config, [t.name for t in topic_specs(source)])
+
+
+@contextmanager
+def captured(kind: str, ddl: list[str], tables: list[str], **extra: Any) -> Iterator[Config]:
+    """Create tables, register a connector for them, wait until it streams; undo everything afterwards."""
+    name = f"t{uid()}_{'pg' if kind == 'postgres' else 'maria'}"
+    execute(kind, *ddl)
+    config = config_for(source_dict(kind, name, tables, **extra))
+    try:
+        apply(config)
+        wait_streaming(config)
+        yield config
+    finally:
+        drop_capture(config)
+        for table in tables:
+            execute(kind, f"DROP TABLE IF EXISTS {table}")
