@@ -47,6 +47,16 @@ def maria_connect(autocommit: bool = True) -> pymysql.connections.Connection:
                            password=ENV["MARIADB_PASSWORD"], database=ENV["MARIADB_DATABASE"], autocommit=autocommit)
 
 
+def pg_admin() -> psycopg.Connection:
+    """The superuser, over the local socket: for what the capture user may not do (roles, privileges)."""
+    return psycopg.connect(host=str(stack.RUN), port=int(ENV["PG_PORT"]), dbname=ENV["PG_DATABASE"],
+                           user="postgres", autocommit=True)
+
+
+def maria_admin() -> pymysql.connections.Connection:
+    return pymysql.connect(unix_socket=str(stack.RUN / "mariadb.sock"), user="root", autocommit=True)
+
+
 def execute(kind: str, *statements: str, params: Any = None) -> None:
     """Run statements in one transaction on the given source."""
     if kind == "postgres":

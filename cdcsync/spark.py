@@ -1,0 +1,67 @@
+"""Build the Spark session every follower runs in: Kafka source and Delta Lake on the classpath.
+
+The connector jars are resolved by Maven into ``<state>/lib/spark`` (see
+deploy/local/pom.xml, profile ``spark``); ``CDCSYNC_SPARK_JARS`` points
+elsewhere. Jars that pyspark already ships (Scala, slf4j, ...) are left out so
+one copy of each class is loaded. Imported only by commands that need Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cdcsync.errors import FatalError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def state_dir() -> Path:
+    """The stack's state directory; the same rule as deploy/local/stack.py."""
+    if os.environ.get("CDCSYNC_STATE_DIR"):
+        return Path(os.environ["CDCSYNC_STATE_DIR"])
+    if os.geteuid() == 0:
+        return Path("/var/lib/cdcsync")
+    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "cdcsync"
+
+
+def _artifact(jar: Path) -> str:
+    return re.sub(r"-\d[\w.]*$", "", jar.stem)
+
+
+def connector_jars(jars_dir: Path | None = None) -> list[Path]:
+    import pyspark
+
+    jars_dir = jars_dir or Path(os.environ.get("CDCSYNC_SPARK_JARS") or state_dir() / "lib/spark")
+    jars = sorted(jars_dir.glob("*.jar"))
+    if not any(j.name.startswith("spark-sql-kafka") for j in jars) or not any(j.name.startswith("delta-spark") for j in jars):
+        raise FatalError(
+            f"Spark's Kafka source and Delta jars are not in {jars_dir}; run `make install` "
+            "(or set CDCSYNC_SPARK_JARS to a directory holding them)"
+        )
+    bundled = {_artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [j for j in jars if _artifact(j) not in bundled]
+
+
+def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or os.environ.get("CDCSYNC_SPARK_MASTER", "local[*]"))
+        .config("spark.jars", ",".join(str(j) for j in connector_jars()))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.driver.memory", os.environ.get("CDCSYNC_SPARK_DRIVER_MEMORY", "1g"))
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
