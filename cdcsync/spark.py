@@ -37,7 +37,9 @@ def connector_jars(jars_dir: Path | None = None) -> list[Path]:
 
     jars_dir = jars_dir or Path(os.environ.get("CDCSYNC_SPARK_JARS") or state_dir() / "lib/spark")
     jars = sorted(jars_dir.glob("*.jar"))
-    if not any(j.name.startswith("spark-sql-kafka") for j in jars) or not any(j.name.startswith("delta-spark") for j in jars):
+    if not any(j.name.startswith("spark-sql-kafka") for j in jars) or not any(
+        j.name.startswith("delta-spark") for j in jars
+    ):
         raise FatalError(
             f"Spark's Kafka source and Delta jars are not in {jars_dir}; run `make install` "
             "(or set CDCSYNC_SPARK_JARS to a directory holding them)"
@@ -51,7 +53,7 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
 
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("CDCSYNC_SPARK_MASTER", "local[*]"))
+        .master(master or os.environ.get("CDCSYNC_SPARK_MASTER") or "local[*]")
         .config("spark.jars", ",".join(str(j) for j in connector_jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")

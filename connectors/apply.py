@@ -77,25 +77,36 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
 def status(config: Config, names: list[str] | None = None, client: ConnectClient | None = None) -> list[dict[str, Any]]:
     """Connector and task state for each declared source ('MISSING' when not registered)."""
     client = client or client_for(config)
-    report = []
+    report: list[dict[str, Any]] = []
     for source in select(config, names):
         st = client.status(source.name)
         if st is None:
             report.append({"connector": source.name, "state": "MISSING", "worker": None, "tasks": []})
             continue
         tasks = [
-            {"id": t["id"], "state": t["state"], "worker": t.get("worker_id"),
-             **({"trace": t["trace"].splitlines()[0]} if t.get("trace") else {})}
+            {
+                "id": t["id"],
+                "state": t["state"],
+                "worker": t.get("worker_id"),
+                **({"trace": t["trace"].splitlines()[0]} if t.get("trace") else {}),
+            }
             for t in st.get("tasks", [])
         ]
-        report.append({"connector": source.name, "state": st["connector"]["state"],
-                       "worker": st["connector"].get("worker_id"), "tasks": tasks})
+        report.append(
+            {
+                "connector": source.name,
+                "state": st["connector"]["state"],
+                "worker": st["connector"].get("worker_id"),
+                "tasks": tasks,
+            }
+        )
     return report
 
 
 def healthy(report: list[dict[str, Any]]) -> bool:
-    return all(r["state"] == "RUNNING" and r["tasks"] and all(t["state"] == "RUNNING" for t in r["tasks"])
-               for r in report)
+    return all(
+        r["state"] == "RUNNING" and r["tasks"] and all(t["state"] == "RUNNING" for t in r["tasks"]) for r in report
+    )
 
 
 __all__ = ["ApplyResult", "apply", "status", "healthy", "redact"]

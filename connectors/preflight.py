@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import psycopg
-import pymysql
+import pymysql  # type: ignore[import-untyped]
 
 from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors.client import ConnectClient, ConnectUnreachable
@@ -37,8 +37,12 @@ def check_postgres(source: SourceConfig) -> list[str]:
     where = f"source {source.name} (postgres {source.host}:{source.port}/{source.database})"
     try:
         conn = psycopg.connect(
-            host=source.host, port=source.port, dbname=source.database, user=source.user,
-            password=source.password.get_secret_value(), connect_timeout=5,
+            host=source.host,
+            port=source.port,
+            dbname=source.database,
+            user=source.user,
+            password=source.password.get_secret_value(),
+            connect_timeout=5,
         )
     except psycopg.OperationalError as err:
         return [f"{where}: cannot connect as {source.user}: {str(err).strip().splitlines()[-1]}"]
@@ -63,7 +67,9 @@ def check_postgres(source: SourceConfig) -> list[str]:
                 (table.namespace, table.table),
             ).fetchone()
             if row is None:
-                problems.append(f"{where}: unknown table {table} in sources[{source.name}].tables; create it or remove it")
+                problems.append(
+                    f"{where}: unknown table {table} in sources[{source.name}].tables; create it or remove it"
+                )
                 continue
             _, owned, has_pk = row
             if not has_pk:
@@ -80,7 +86,10 @@ def check_mariadb(source: SourceConfig) -> list[str]:
     where = f"source {source.name} ({source.kind} {source.host}:{source.port})"
     try:
         conn = pymysql.connect(
-            host=source.host, port=source.port, user=source.user, password=source.password.get_secret_value(),
+            host=source.host,
+            port=source.port,
+            user=source.user,
+            password=source.password.get_secret_value(),
             connect_timeout=5,
         )
     except pymysql.MySQLError as err:
@@ -112,14 +121,18 @@ def check_mariadb(source: SourceConfig) -> list[str]:
             )
             row = cur.fetchone()
             if row is None:
-                problems.append(f"{where}: unknown table {table} in sources[{source.name}].tables; create it or remove it")
+                problems.append(
+                    f"{where}: unknown table {table} in sources[{source.name}].tables; create it or remove it"
+                )
             elif not row[1]:
                 problems.append(f"{where}: table {table} has no primary key; topics are keyed and compacted by it")
     return problems
 
 
 CHECKS: dict[str, Callable[[SourceConfig], list[str]]] = {
-    "postgres": check_postgres, "mariadb": check_mariadb, "mysql": check_mariadb,
+    "postgres": check_postgres,
+    "mariadb": check_mariadb,
+    "mysql": check_mariadb,
 }
 
 

@@ -54,10 +54,17 @@ def ensure_topics(config: Config, specs: list[TopicSpec]) -> list[str]:
     present = existing_topics(client)
     actions, missing = [], [s for s in specs if s.name not in present]
     if missing:
-        futures = client.create_topics([
-            NewTopic(s.name, num_partitions=s.partitions, replication_factor=config.kafka.topic_replication_factor,
-                     config=s.config) for s in missing
-        ])
+        futures = client.create_topics(
+            [
+                NewTopic(
+                    s.name,
+                    num_partitions=s.partitions,
+                    replication_factor=config.kafka.topic_replication_factor,
+                    config=s.config,
+                )
+                for s in missing
+            ]
+        )
         for name, future in futures.items():
             try:
                 future.result(timeout=30)

@@ -38,19 +38,32 @@ def uid() -> str:
 
 
 def pg_connect(autocommit: bool = True) -> psycopg.Connection:
-    return psycopg.connect(host="127.0.0.1", port=int(ENV["PG_PORT"]), dbname=ENV["PG_DATABASE"],
-                           user=ENV["PG_USER"], password=ENV["PG_PASSWORD"], autocommit=autocommit)
+    return psycopg.connect(
+        host="127.0.0.1",
+        port=int(ENV["PG_PORT"]),
+        dbname=ENV["PG_DATABASE"],
+        user=ENV["PG_USER"],
+        password=ENV["PG_PASSWORD"],
+        autocommit=autocommit,
+    )
 
 
 def maria_connect(autocommit: bool = True) -> pymysql.connections.Connection:
-    return pymysql.connect(host="127.0.0.1", port=int(ENV["MARIADB_PORT"]), user=ENV["MARIADB_USER"],
-                           password=ENV["MARIADB_PASSWORD"], database=ENV["MARIADB_DATABASE"], autocommit=autocommit)
+    return pymysql.connect(
+        host="127.0.0.1",
+        port=int(ENV["MARIADB_PORT"]),
+        user=ENV["MARIADB_USER"],
+        password=ENV["MARIADB_PASSWORD"],
+        database=ENV["MARIADB_DATABASE"],
+        autocommit=autocommit,
+    )
 
 
 def pg_admin() -> psycopg.Connection:
     """The superuser, over the local socket: for what the capture user may not do (roles, privileges)."""
-    return psycopg.connect(host=str(stack.RUN), port=int(ENV["PG_PORT"]), dbname=ENV["PG_DATABASE"],
-                           user="postgres", autocommit=True)
+    return psycopg.connect(
+        host=str(stack.RUN), port=int(ENV["PG_PORT"]), dbname=ENV["PG_DATABASE"], user="postgres", autocommit=True
+    )
 
 
 def maria_admin() -> pymysql.connections.Connection:
@@ -73,21 +86,38 @@ def execute(kind: str, *statements: str, params: Any = None) -> None:
 
 def source_dict(kind: str, name: str, tables: list[str], **extra: Any) -> dict[str, Any]:
     if kind == "postgres":
-        base = {"port": int(ENV["PG_PORT"]), "database": ENV["PG_DATABASE"], "user": ENV["PG_USER"],
-                "password": ENV["PG_PASSWORD"]}
+        base = {
+            "port": int(ENV["PG_PORT"]),
+            "database": ENV["PG_DATABASE"],
+            "user": ENV["PG_USER"],
+            "password": ENV["PG_PASSWORD"],
+        }
     else:
-        base = {"port": int(ENV["MARIADB_PORT"]), "database": ENV["MARIADB_DATABASE"], "user": ENV["MARIADB_USER"],
-                "password": ENV["MARIADB_PASSWORD"]}
-    return {"name": name, "kind": kind, "host": "127.0.0.1", "tables": tables, "heartbeat_interval_ms": 500,
-            **base, **extra}
+        base = {
+            "port": int(ENV["MARIADB_PORT"]),
+            "database": ENV["MARIADB_DATABASE"],
+            "user": ENV["MARIADB_USER"],
+            "password": ENV["MARIADB_PASSWORD"],
+        }
+    return {
+        "name": name,
+        "kind": kind,
+        "host": "127.0.0.1",
+        "tables": tables,
+        "heartbeat_interval_ms": 500,
+        **base,
+        **extra,
+    }
 
 
 def config_for(*sources: dict[str, Any]) -> Config:
-    return Config.model_validate({
-        "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
-        "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
-        "sources": list(sources),
-    })
+    return Config.model_validate(
+        {
+            "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
+            "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
+            "sources": list(sources),
+        }
+    )
 
 
 # --------------------------------------------------------------------------- Kafka
@@ -106,21 +136,34 @@ class Record:
 
 def read_topic(topic: str, done: Callable[[list[Record]], bool], timeout: float = 90) -> list[Record]:
     """Read a single-partition topic from the start until ``done(records)`` holds; fail after ``timeout``."""
-    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{ENV['KAFKA_PORT']}", "group.id": f"test-{uid()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{ENV['KAFKA_PORT']}",
+            "group.id": f"test-{uid()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     consumer.assign([TopicPartition(topic, 0, 0)])
     records: list[Record] = []
     deadline = time.monotonic() + timeout
     try:
         while not done(records):
             if time.monotonic() > deadline:
-                raise AssertionError(f"topic {topic}: condition not met after {timeout}s; read {len(records)} records:\n"
-                                     + "\n".join(f"  {r.offset} {r.key} {r.op}" for r in records[-20:]))
+                raise AssertionError(
+                    f"topic {topic}: condition not met after {timeout}s; read {len(records)} records:\n"
+                    + "\n".join(f"  {r.offset} {r.key} {r.op}" for r in records[-20:])
+                )
             for msg in consumer.consume(500, timeout=0.5):
                 if msg.error():
                     continue
-                records.append(Record(msg.offset(), json.loads(msg.key()) if msg.key() else None,
-                                      json.loads(msg.value()) if msg.value() is not None else None))
+                records.append(
+                    Record(
+                        msg.offset(),
+                        json.loads(msg.key()) if msg.key() else None,
+                        json.loads(msg.value()) if msg.value() is not None else None,
+                    )
+                )
     finally:
         consumer.close()
     return records
@@ -143,8 +186,12 @@ def wait_streaming(config: Config, timeout: float = 120) -> None:
     for source in config.sources:
         while True:
             report = status(config, [source.name])[0]
-            if report["state"] == "RUNNING" and report["tasks"] and report["tasks"][0]["state"] == "RUNNING" \
-                    and end_offset(source.heartbeat_topic) > 0:
+            if (
+                report["state"] == "RUNNING"
+                and report["tasks"]
+                and report["tasks"][0]["state"] == "RUNNING"
+                and end_offset(source.heartbeat_topic) > 0
+            ):
                 break
             if report["tasks"] and report["tasks"][0]["state"] == "FAILED":
                 raise AssertionError(f"connector {source.name} failed: {report['tasks'][0].get('trace')}")
@@ -162,8 +209,9 @@ def drop_capture(config: Config) -> None:
         if source.kind == "postgres":
             with pg_connect() as conn:
                 for _ in range(60):  # the slot stays active until the task has stopped
-                    row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
-                                       (source.slot,)).fetchone()
+                    row = conn.execute(
+                        "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (source.slot,)
+                    ).fetchone()
                     if row is None:
                         break
                     if not row[0]:

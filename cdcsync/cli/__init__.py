@@ -39,8 +39,16 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
-@click.option("--config", "-c", "config_path", envvar="CDCSYNC_CONFIG", show_envvar=True, default="cdcsync.yaml",
-              type=click.Path(dir_okay=False), help="The YAML config file.")
+@click.option(
+    "--config",
+    "-c",
+    "config_path",
+    envvar="CDCSYNC_CONFIG",
+    show_envvar=True,
+    default="cdcsync.yaml",
+    type=click.Path(dir_okay=False),
+    help="The YAML config file.",
+)
 @click.version_option(__version__, prog_name="cdcsync")
 @click.pass_context
 def cli(ctx: click.Context, config_path: str) -> None:

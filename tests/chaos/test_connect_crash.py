@@ -31,11 +31,15 @@ def test_connect_sigkill_mid_stream_loses_no_committed_change() -> None:
     u = uid()
     pg_table, maria_table = f"chaos_pg_{u}", f"chaos_ma_{u}"
     ddl = "CREATE TABLE {} (id INT PRIMARY KEY, v INT NOT NULL)"
-    with captured("postgres", [ddl.format(pg_table)], [f"public.{pg_table}"]) as pg_cfg, \
-            captured("mariadb", [ddl.format(maria_table)], [f"{ENV['MARIADB_DATABASE']}.{maria_table}"]) as ma_cfg:
+    with (
+        captured("postgres", [ddl.format(pg_table)], [f"public.{pg_table}"]) as pg_cfg,
+        captured("mariadb", [ddl.format(maria_table)], [f"{ENV['MARIADB_DATABASE']}.{maria_table}"]) as ma_cfg,
+    ):
         errors: list[BaseException] = []
-        threads = [threading.Thread(target=writer, args=(kind, table, ROWS, errors))
-                   for kind, table in (("postgres", pg_table), ("mariadb", maria_table))]
+        threads = [
+            threading.Thread(target=writer, args=(kind, table, ROWS, errors))
+            for kind, table in (("postgres", pg_table), ("mariadb", maria_table))
+        ]
         for t in threads:
             t.start()
         time.sleep(5)

@@ -15,7 +15,9 @@ from cdcsync.errors import PreflightError
 from tests.support import ENV, config_for, drop_capture, execute, maria_admin, pg_admin, pg_connect, source_dict, uid
 
 
-def run_cli(tmp_path: Path, sources: list[dict[str, Any]], *args: str, connect_url: str | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    tmp_path: Path, sources: list[dict[str, Any]], *args: str, connect_url: str | None = None
+) -> subprocess.CompletedProcess:
     cfg = {
         "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
         "connect": {"url": connect_url or f"http://127.0.0.1:{ENV['CONNECT_PORT']}", "timeout_s": 3},
@@ -23,8 +25,12 @@ def run_cli(tmp_path: Path, sources: list[dict[str, Any]], *args: str, connect_u
     }
     path = tmp_path / "cdcsync.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return subprocess.run([sys.executable, "-m", "cdcsync", "--config", str(path), "connectors", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cdcsync", "--config", str(path), "connectors", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def registered(name: str) -> bool:
@@ -58,11 +64,14 @@ def test_malformed_debezium_property_fails_naming_the_field(tmp_path: Path) -> N
         execute("postgres", f"DROP TABLE {table}")
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("kind", "oracle", "sources[0].kind: Input should be 'postgres', 'mariadb' or 'mysql'"),
-    ("port", 99999, "sources[0].port: Input should be less than or equal to 65535"),
-    ("tables", ["a.b.c"], "sources[0].tables"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("kind", "oracle", "sources[0].kind: Input should be 'postgres', 'mariadb' or 'mysql'"),
+        ("port", 99999, "sources[0].port: Input should be less than or equal to 65535"),
+        ("tables", ["a.b.c"], "sources[0].tables"),
+    ],
+)
 def test_invalid_config_exits_2_naming_the_field(tmp_path: Path, field: str, value: Any, message: str) -> None:
     secret = f"pw-{uid()}-secret"
     source = {**source_dict("postgres", f"cfg{uid()}", ["public.x"]), "password": secret, field: value}
@@ -135,8 +144,9 @@ def test_applying_twice_changes_nothing_then_reports_the_changed_keys() -> None:
     try:
         assert [r.action for r in apply(config)] == ["created"]
         assert [r.action for r in apply(config)] == ["unchanged"]
-        changed = config_for(source_dict("postgres", config.sources[0].name, [f"public.{table}"],
-                                         heartbeat_interval_ms=750))
+        changed = config_for(
+            source_dict("postgres", config.sources[0].name, [f"public.{table}"], heartbeat_interval_ms=750)
+        )
         result = apply(changed)[0]
         assert (result.action, result.changed_keys) == ("updated", ["heartbeat.interval.ms"])
     finally:

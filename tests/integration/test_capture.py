@@ -32,10 +32,17 @@ def test_changes_reach_topic_keyed_in_commit_order_with_tombstones(kind: str) ->
         execute(kind, f"INSERT INTO {table} VALUES (4, 'four', 4)", f"UPDATE {table} SET qty = 44 WHERE id = 4")
 
         expected = [
-            ({"id": 1}, "r"), ({"id": 2}, "c"), ({"id": 3}, "c"), ({"id": 2}, "u"),
-            ({"id": 3}, "d"), ({"id": 3}, None),                     # delete, then its tombstone
-            ({"id": 1}, "d"), ({"id": 1}, None), ({"id": 10}, "c"),  # PK update: old key gone, new key created
-            ({"id": 4}, "c"), ({"id": 4}, "u"),
+            ({"id": 1}, "r"),
+            ({"id": 2}, "c"),
+            ({"id": 3}, "c"),
+            ({"id": 2}, "u"),
+            ({"id": 3}, "d"),
+            ({"id": 3}, None),  # delete, then its tombstone
+            ({"id": 1}, "d"),
+            ({"id": 1}, None),
+            ({"id": 10}, "c"),  # PK update: old key gone, new key created
+            ({"id": 4}, "c"),
+            ({"id": 4}, "u"),
         ]
         records = read_topic(topic, lambda rs: len(rs) >= len(expected))
         assert [(r.key, r.op) for r in records] == expected

@@ -12,7 +12,7 @@ import base64
 import json
 import uuid
 from collections.abc import Callable
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 
 from tests.support import ENV, captured, execute, read_topic, uid
 
-UTC = timezone.utc
+UTC = UTC
 PLUS2 = timezone(timedelta(hours=2))
 
 
@@ -55,30 +55,50 @@ POSTGRES = {
     **COMMON,
     "c_bool": ("boolean", "true", True, same),
     "c_ts": ("timestamp(6)", "'2024-02-29 13:45:30.123456'", datetime(2024, 2, 29, 13, 45, 30, 123456, UTC), iso_ts),
-    "c_tstz": ("timestamptz(6)", "'2024-02-29 13:45:30.123456+02'",
-               datetime(2024, 2, 29, 13, 45, 30, 123456, PLUS2), iso_ts),
+    "c_tstz": (
+        "timestamptz(6)",
+        "'2024-02-29 13:45:30.123456+02'",
+        datetime(2024, 2, 29, 13, 45, 30, 123456, PLUS2),
+        iso_ts,
+    ),
     "c_json": ("json", "'{\"a\": [1, 2.5]}'", {"a": [1, 2.5]}, json.loads),
-    "c_jsonb": ("jsonb", "'{\"b\": {\"c\": null}}'", {"b": {"c": None}}, json.loads),
-    "c_uuid": ("uuid", "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
-               uuid.UUID),
+    "c_jsonb": ("jsonb", '\'{"b": {"c": null}}\'', {"b": {"c": None}}, json.loads),
+    "c_uuid": (
+        "uuid",
+        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'",
+        uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+        uuid.UUID,
+    ),
     "c_bytes": ("bytea", "'\\x00ff10'::bytea", b"\x00\xff\x10", base64.b64decode),
     "c_enum": ("mood_{u}", "'happy'", "happy", same),
     "c_int_arr": ("int[]", "'{1,2,3}'", [1, 2, 3], same),
-    "c_text_arr": ("text[]", "'{\"x\",\"y z\"}'", ["x", "y z"], same),
+    "c_text_arr": ("text[]", '\'{"x","y z"}\'', ["x", "y z"], same),
 }
 MARIADB = {
     **COMMON,
     "c_tiny": ("tinyint", "-128", -128, same),
     "c_medium": ("mediumint", "8388607", 8388607, same),
     "c_bool": ("boolean", "true", 1, same),  # MariaDB's BOOLEAN is TINYINT(1): it stores 1
-    "c_datetime": ("datetime(6)", "'2024-02-29 13:45:30.123456'",
-                   datetime(2024, 2, 29, 13, 45, 30, 123456, UTC), iso_ts),
+    "c_datetime": (
+        "datetime(6)",
+        "'2024-02-29 13:45:30.123456'",
+        datetime(2024, 2, 29, 13, 45, 30, 123456, UTC),
+        iso_ts,
+    ),
     # Written in a +02:00 session: TIMESTAMP is zone-aware, so the topic has 11:45 UTC.
-    "c_ts": ("timestamp(6) NULL", "'2024-02-29 13:45:30.123456'",
-             datetime(2024, 2, 29, 13, 45, 30, 123456, PLUS2), iso_ts),
+    "c_ts": (
+        "timestamp(6) NULL",
+        "'2024-02-29 13:45:30.123456'",
+        datetime(2024, 2, 29, 13, 45, 30, 123456, PLUS2),
+        iso_ts,
+    ),
     "c_json": ("json", "'{\"a\": [1, 2.5]}'", {"a": [1, 2.5]}, json.loads),
-    "c_uuid": ("uuid", "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
-               uuid.UUID),
+    "c_uuid": (
+        "uuid",
+        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'",
+        uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+        uuid.UUID,
+    ),
     "c_bytes": ("blob", "x'00ff10'", b"\x00\xff\x10", base64.b64decode),
     "c_enum": ("enum('sad','ok','happy')", "'happy'", "happy", same),
 }
@@ -89,8 +109,11 @@ def test_every_common_type_arrives_intact(kind: str) -> None:
     columns = POSTGRES if kind == "postgres" else MARIADB
     u = uid()
     table = f"types_{u}"
-    ddl = [f"CREATE TABLE {table} (id int PRIMARY KEY, "
-           + ", ".join(f"{name} {sqltype.format(u=u)}" for name, (sqltype, *_) in columns.items()) + ")"]
+    ddl = [
+        f"CREATE TABLE {table} (id int PRIMARY KEY, "
+        + ", ".join(f"{name} {sqltype.format(u=u)}" for name, (sqltype, *_) in columns.items())
+        + ")"
+    ]
     if kind == "postgres":
         ddl.insert(0, f"CREATE TYPE mood_{u} AS ENUM ('sad', 'ok', 'happy')")
     namespace = "public" if kind == "postgres" else ENV["MARIADB_DATABASE"]
@@ -103,8 +126,10 @@ def test_every_common_type_arrives_intact(kind: str) -> None:
                 execute(kind, insert)
             record = read_topic(cfg.sources[0].topic(cfg.sources[0].tables[0]), lambda rs: len(rs) >= 1)[0]
             after = record.value["after"]
-            decoded = {name: (None if after[name] is None else decode(after[name]))
-                       for name, (_, _, _, decode) in columns.items()}
+            decoded = {
+                name: (None if after[name] is None else decode(after[name]))
+                for name, (_, _, _, decode) in columns.items()
+            }
             expected = {name: value for name, (_, _, value, _) in columns.items()}
             assert decoded == expected
     finally:

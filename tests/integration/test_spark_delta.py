@@ -29,14 +29,25 @@ def test_structured_stream_from_kafka_into_delta(tmp_path: Path) -> None:
 
         spark = spark_session("cdcsync-smoke")
         stream = (
-            spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("startingOffsets", "earliest").load()
-            .select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
-                    "partition", "offset")
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .select(
+                F.col("key").cast("string").alias("key"),
+                F.col("value").cast("string").alias("value"),
+                "partition",
+                "offset",
+            )
         )
         table = tmp_path / "delta_table"
-        query = (stream.writeStream.format("delta").option("checkpointLocation", str(tmp_path / "checkpoint"))
-                 .trigger(availableNow=True).start(str(table)))
+        query = (
+            stream.writeStream.format("delta")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start(str(table))
+        )
         query.awaitTermination(180)
         assert query.exception() is None
 

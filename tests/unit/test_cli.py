@@ -1,0 +1,34 @@
+"""The command line: instant help, options show their environment variables, config errors exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cdcsync(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cdcsync", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+def test_help_lists_commands_without_importing_heavy_modules() -> None:
+    probe = (
+        "import sys; from cdcsync.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('pyspark', 'confluent_kafka', 'psycopg', 'elasticsearch') if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert "connectors" in done.stdout
+    assert "HEAVY []" in done.stdout
+    assert "CDCSYNC_CONFIG" in done.stdout  # options show their environment variable
+
+
+def test_missing_config_file_exits_2_with_the_path(tmp_path: Path) -> None:
+    done = cdcsync("--config", str(tmp_path / "nope.yaml"), "connectors", "status", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "nope.yaml not found" in done.stderr
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    assert cdcsync("frobnicate").returncode == 2

@@ -1,0 +1,84 @@
+"""Config: validation messages name the field, the value's origin and what is valid; env overrides win."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cdcsync.config import load_config
+from cdcsync.errors import ConfigError
+
+SOURCE = {
+    "name": "pg_main",
+    "kind": "postgres",
+    "port": 5432,
+    "database": "app",
+    "user": "u",
+    "password": "hunter2",
+    "tables": ["customers", "sales.orders"],
+}
+
+
+def write(tmp_path: Path, doc: object) -> Path:
+    path = tmp_path / "cdcsync.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_defaults_and_table_qualification(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, {"sources": [SOURCE]}), env={})
+    source = cfg.sources[0]
+    assert [str(t) for t in source.tables] == ["public.customers", "sales.orders"]
+    assert (source.slot, source.publication) == ("cdcsync_pg_main", "cdcsync_pg_main")
+    assert source.topic(source.tables[1]) == "pg_main.sales.orders"
+    maria = load_config(write(tmp_path, {"sources": [{**SOURCE, "kind": "mariadb", "name": "m"}]}), env={}).sources[0]
+    assert str(maria.tables[0]) == "app.customers" and maria.server_id is not None and maria.slot is None
+
+
+def test_environment_overrides_connection_settings_and_is_named_in_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, {"sources": [SOURCE]})
+    env = {
+        "CDCSYNC_SOURCE_PG_MAIN_HOST": "db.internal",
+        "CDCSYNC_SOURCE_PG_MAIN_PASSWORD": "from-env",
+        "CDCSYNC_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+    }
+    cfg = load_config(path, env=env)
+    assert cfg.sources[0].host == "db.internal"
+    assert cfg.sources[0].password.get_secret_value() == "from-env"
+    assert cfg.kafka.bootstrap_servers == "k:9092"
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={"CDCSYNC_SOURCE_PG_MAIN_PORT": "not-a-port"})
+    assert "sources[0].port" in str(err.value)
+    assert "environment variable CDCSYNC_SOURCE_PG_MAIN_PORT" in str(err.value)
+
+
+def test_every_problem_is_listed_with_its_path(tmp_path: Path) -> None:
+    bad = {"sources": [{**SOURCE, "kind": "oracle", "tables": []}, {**SOURCE, "name": "Has Space", "typo": 1}]}
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, bad), env={})
+    text = "\n".join(err.value.problems)
+    for expected in (
+        "sources[0].kind: Input should be 'postgres', 'mariadb' or 'mysql'",
+        "sources[0].tables",
+        "sources[1].name: String should match pattern",
+        "sources[1].typo: Extra inputs are not permitted",
+    ):
+        assert expected in text
+    assert "hunter2" not in str(err.value)
+
+
+def test_duplicate_source_names_and_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="repeated: pg_main"):
+        load_config(write(tmp_path, {"sources": [SOURCE, SOURCE]}), env={})
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml", env={})
+    (tmp_path / "broken.yaml").write_text("sources: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "broken.yaml", env={})
+
+
+def test_redacted_config_hides_secrets(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, {"sources": [SOURCE]}), env={})
+    assert "hunter2" not in str(cfg.redacted())

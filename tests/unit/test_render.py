@@ -1,0 +1,60 @@
+"""Rendering a source into the Debezium config that Kafka Connect receives."""
+
+from __future__ import annotations
+
+from cdcsync.config import Config
+from cdcsync.connectors.render import redact, render
+from cdcsync.connectors.topics import topic_specs
+
+
+def config(**source: object) -> Config:
+    base = {
+        "name": "src",
+        "kind": "postgres",
+        "port": 5432,
+        "database": "app",
+        "user": "u",
+        "password": "pw",
+        "tables": ["public.a_b", "public.c"],
+    }
+    return Config.model_validate({"sources": [{**base, **source}]})
+
+
+def test_postgres_uses_pgoutput_named_slot_publication_and_anchored_table_list() -> None:
+    cfg = config()
+    rendered = render(cfg.sources[0], cfg)
+    assert rendered["connector.class"] == "io.debezium.connector.postgresql.PostgresConnector"
+    assert rendered["plugin.name"] == "pgoutput"
+    assert (rendered["slot.name"], rendered["publication.name"]) == ("cdcsync_src", "cdcsync_src")
+    assert rendered["table.include.list"] == r"public\.a_b,public\.c"
+    assert rendered["topic.prefix"] == "src" and rendered["tombstones.on.delete"] == "true"
+    assert int(rendered["heartbeat.interval.ms"]) > 0
+    assert all(isinstance(v, str) and "${" not in v for v in rendered.values())
+
+
+def test_mariadb_gets_server_id_schema_history_and_source_overrides_win() -> None:
+    cfg = config(kind="mariadb", tables=["app.t"], debezium={"snapshot.mode": "no_data", "max.batch.size": "4096"})
+    rendered = render(cfg.sources[0], cfg)
+    assert rendered["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
+    assert rendered["database.server.id"] == str(cfg.sources[0].server_id)
+    assert rendered["schema.history.internal.kafka.topic"] == "_cdcsync_schema_history.src"
+    assert rendered["schema.history.internal.kafka.bootstrap.servers"] == cfg.kafka.bootstrap_servers
+    assert (rendered["snapshot.mode"], rendered["max.batch.size"]) == ("no_data", "4096")
+    mysql = config(kind="mysql", tables=["app.t"])
+    assert render(mysql.sources[0], mysql)["connector.class"] == "io.debezium.connector.mysql.MySqlConnector"
+
+
+def test_redact_masks_passwords_only() -> None:
+    cfg = config()
+    shown = redact(render(cfg.sources[0], cfg))
+    assert shown["database.password"] == "********" and shown["database.user"] == "u"
+
+
+def test_topics_are_compacted_and_schema_history_is_kept_forever() -> None:
+    maria = config(kind="mariadb", tables=["app.t1", "app.t2"], topic_partitions=3)
+    specs = {s.name: s for s in topic_specs(maria.sources[0])}
+    assert specs["src.app.t1"].config["cleanup.policy"] == "compact" and specs["src.app.t1"].partitions == 3
+    assert specs["__debezium-heartbeat.src"].config["cleanup.policy"] == "compact"
+    history = specs["_cdcsync_schema_history.src"]
+    assert (history.partitions, history.config["cleanup.policy"], history.config["retention.ms"]) == (1, "delete", "-1")
+    assert "_cdcsync_schema_history.src" not in {s.name for s in topic_specs(config().sources[0])}
