@@ -118,6 +118,10 @@ class SourceConfig(_Strict):
         return f"__debezium-heartbeat.{self.name}"
 
     @property
+    def transaction_topic(self) -> str:
+        return f"{self.name}.transaction"
+
+    @property
     def schema_history_topic(self) -> str:
         return f"_cdcsync_schema_history.{self.name}"
 

@@ -32,6 +32,8 @@ class TopicSpec:
 def topic_specs(source: SourceConfig) -> list[TopicSpec]:
     specs = [TopicSpec(source.topic(t), source.topic_partitions, COMPACT) for t in source.tables]
     specs.append(TopicSpec(source.heartbeat_topic, 1, COMPACT))
+    # BEGIN/END markers of each transaction: a stream, not state.
+    specs.append(TopicSpec(source.transaction_topic, 1, {"cleanup.policy": "delete"}))
     if source.kind != "postgres":
         specs.append(TopicSpec(source.schema_history_topic, 1, HISTORY))
     return specs

@@ -54,9 +54,14 @@ mvn_profile() {  # profile, output directory
   fi
   step "resolving $profile jars (Maven)"
   rm -rf "$out"
-  mvn -B -q -Dstyle.color=never -s "$here/maven-settings.xml" -f "$here/pom.xml" -P "$profile" \
+  mkdir -p "$state/logs"
+  if ! mvn -B -Dstyle.color=never -s "$here/maven-settings.xml" -f "$here/pom.xml" -P "$profile" \
     -Dmaven.repo.local="$state/m2" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$out"
+    -DincludeScope=runtime -DoutputDirectory="$out" >"$state/logs/mvn-$profile.log" 2>&1; then
+    echo "error: Maven could not resolve profile $profile; log: $state/logs/mvn-$profile.log" >&2
+    grep -E "ERROR" "$state/logs/mvn-$profile.log" | head -5 >&2
+    exit 1
+  fi
   echo "$key" >"$stamps/mvn-$profile"
 }
 mvn_profile kafka "$state/lib/kafka"
