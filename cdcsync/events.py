@@ -1,0 +1,194 @@
+"""The change-event contract: one Debezium record -> one ``Change`` with a version.
+
+A version is one signed 64-bit integer (Elasticsearch's external version),
+built so that for a given key it is
+
+1. monotonic in the source's commit order, and comparable with snapshot rows;
+2. stable under redelivery: it is computed from the source coordinates only,
+   never from the envelope's ``ts_ms`` (the connector's clock);
+3. the same number in every sink.
+
+Layout: ``major << 16 | minor``.
+
+- ``minor`` is the event's position in its transaction (Debezium's
+  ``transaction.total_order``, 1-based; the connectors run with
+  ``provide.transaction.metadata=true``), clamped to 65535. It orders several
+  changes of one key inside one transaction.
+- ``major`` orders transactions:
+  - Postgres: ``lastCommitLsn >> 5`` from ``source.sequence``. Debezium emits
+    whole transactions in commit order and ``lastCommitLsn`` is the commit LSN
+    of the transaction emitted before, so it increases strictly from one
+    transaction to the next, whereas an event's own ``lsn`` does not
+    (interleaved transactions). Commit records are at least 34 bytes apart,
+    so dropping 5 bits keeps them distinct and leaves room for 2^52 bytes of
+    WAL. ``lastCommitLsn`` is null only before the connector has processed any
+    commit (the first transaction after its initial snapshot): major 0.
+  - MariaDB/MySQL: the GTID sequence number (``source.gtid`` is
+    ``domain-server-seq``). It survives a failover, unlike ``file``/``pos``.
+    One GTID domain per source is assumed; another domain is a poison record.
+- Snapshot rows (``op=r``) have version 0: they are the base state, and any
+  change streamed after the snapshot outranks them. Rows written by the
+  bootstrapper take their version from the log position they are aligned with.
+
+See docs/versions-of-changes.md for the alternatives and why they fail.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MINOR_BITS = 16
+MINOR_MAX = (1 << MINOR_BITS) - 1
+LSN_SHIFT = 5
+OPS = {"c", "u", "d", "r"}
+CONNECTORS = {"postgresql", "mariadb", "mysql"}
+
+
+class PoisonRecord(ValueError):
+    """A record that cannot become a change; the message is the reason put in the dead-letter headers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One row change, as every sink sees it."""
+
+    source: str
+    table: str  # "namespace.table"
+    op: str  # c | u | d | r
+    key: dict[str, Any]
+    after: dict[str, Any] | None  # None for deletes
+    commit_ts_ms: int | None
+    version: int
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == "d"
+
+
+def _json(raw: bytes | str, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise PoisonRecord(f"{what} is not JSON: {err}") from None
+
+
+def version_of(envelope: dict[str, Any]) -> int:
+    """The version of one Debezium change envelope (see the module docstring)."""
+    op, source = envelope.get("op"), envelope.get("source")
+    if not isinstance(source, dict):
+        raise PoisonRecord("envelope has no source block")
+    if op == "r":
+        return 0
+    transaction = envelope.get("transaction")
+    if not isinstance(transaction, dict) or not isinstance(transaction.get("total_order"), int):
+        raise PoisonRecord(
+            "envelope has no transaction.total_order; run the connector with provide.transaction.metadata=true"
+        )
+    minor = min(max(transaction["total_order"], 1), MINOR_MAX)
+    connector = source.get("connector")
+    if connector == "postgresql":
+        major = _postgres_major(source)
+    elif connector in ("mariadb", "mysql"):
+        major = _gtid_seq(source)
+    else:
+        raise PoisonRecord(f"unsupported source.connector {connector!r}")
+    version = (major << MINOR_BITS) | minor
+    if version >= 1 << 63:
+        raise PoisonRecord(f"version overflows 64 bits (major {major})")
+    return version
+
+
+def _postgres_major(source: dict[str, Any]) -> int:
+    sequence = source.get("sequence")
+    try:
+        last_commit, _lsn = json.loads(sequence) if isinstance(sequence, str) else sequence
+    except (TypeError, ValueError):
+        raise PoisonRecord(f"source.sequence {sequence!r} is not [lastCommitLsn, lsn]") from None
+    if last_commit is None:
+        return 0
+    try:
+        return int(last_commit) >> LSN_SHIFT
+    except ValueError:
+        raise PoisonRecord(f"source.sequence lastCommitLsn {last_commit!r} is not a number") from None
+
+
+def _gtid_seq(source: dict[str, Any]) -> int:
+    gtid = source.get("gtid")
+    if not isinstance(gtid, str):
+        raise PoisonRecord("source.gtid is missing; enable GTIDs on the server (MariaDB: always on; MySQL: gtid_mode)")
+    parts = gtid.split("-")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise PoisonRecord(f"source.gtid {gtid!r} is not domain-server-sequence")
+    if parts[0] != "0":
+        raise PoisonRecord(f"source.gtid {gtid!r} is in GTID domain {parts[0]}; cdcsync orders one domain (0)")
+    return int(parts[2])
+
+
+def parse_record(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> Change | None:
+    """Turn one Kafka record of a Debezium topic into a ``Change``; ``None`` for a tombstone.
+
+    A follower deletes on the ``op=d`` event and ignores the tombstone, which is
+    only compaction's marker (Debezium can crash between the two).
+    """
+    if value is None:
+        return None
+    if key is None:
+        raise PoisonRecord("record has no key; Debezium keys every change by primary key")
+    key_doc, envelope = _json(key, "key"), _json(value, "value")
+    if not isinstance(key_doc, dict) or not key_doc:
+        raise PoisonRecord(f"key {key_doc!r} is not an object of primary-key columns")
+    if not isinstance(envelope, dict):
+        raise PoisonRecord("value is not a Debezium envelope object")
+    op = envelope.get("op")
+    if op not in OPS:
+        raise PoisonRecord(f"op {op!r} is not one of c, u, d, r")
+    source = envelope.get("source") or {}
+    if not isinstance(source, dict) or source.get("connector") not in CONNECTORS:
+        raise PoisonRecord(
+            f"source.connector {source.get('connector') if isinstance(source, dict) else None!r} "
+            "is not postgresql, mariadb or mysql"
+        )
+    namespace = source.get("schema") if source["connector"] == "postgresql" else source.get("db")
+    table = source.get("table")
+    if not namespace or not table:
+        raise PoisonRecord("source block names no table")
+    after = envelope.get("after")
+    if op == "d":
+        after = None
+    elif not isinstance(after, dict):
+        raise PoisonRecord(f"op {op} has no after-image")
+    return Change(
+        source=str(source.get("name", "")),
+        table=f"{namespace}.{table}",
+        op=op,
+        key=key_doc,
+        after=after,
+        commit_ts_ms=source.get("ts_ms"),
+        version=version_of(envelope),
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def last_per_key(changes: list[Change]) -> list[Change]:
+    """Keep, per (table, key), the change with the highest version; the later offset breaks ties.
+
+    Input order does not matter: Spark does not promise it inside a batch.
+    """
+    best: dict[tuple[str, str], Change] = {}
+    for change in changes:
+        ident = (change.table, json.dumps(change.key, sort_keys=True))
+        held = best.get(ident)
+        if held is None or (change.version, change.partition, change.offset) > (
+            held.version,
+            held.partition,
+            held.offset,
+        ):
+            best[ident] = change
+    return list(best.values())

@@ -1,0 +1,86 @@
+"""The sink contract: what a follower needs from a derived store.
+
+A sink receives batches of changes that are already reduced to the last change
+per key (``cdcsync.events.last_per_key``) and mapped (``sync.mapping``). It
+must uphold, on its own server and for every key:
+
+- **Apply rule**: write a change only if its version is higher than the
+  version the store holds for that key (a live row's or a delete marker's).
+  The same version again is a no-op; a lower one is skipped and counted as
+  ``stale``. At-least-once delivery + this rule = effectively once.
+- **Deletes leave a marker** holding the delete's version, kept at least as
+  long as ``marker_retention_s``: a replayed older write must not resurrect
+  the row. Readers never see markers.
+- **Idempotent batches**: ``write`` may be called again with the same batch
+  after a crash; the result on the store is the same.
+- **One bad row never stops the batch**: a row the server rejects (mapping
+  conflict, oversized value) is returned in ``rejected`` with the server's
+  reason and goes to the dead-letter topic; the rest is written.
+- Transient server trouble (Elasticsearch 429, Redis BUSY, a Delta commit
+  conflict) raises ``RetryableError``: nothing was acknowledged, the follower
+  retries the whole batch. Anything else raises ``FatalError``.
+
+Members the follower calls, in order: ``open(mappings)`` once,
+``write(batch_id, rows)`` per micro-batch, ``close()`` at shutdown; ``verify``
+calls ``held(target)`` and ``stored_form(doc)``.
+
+=========================  ============================================================
+member                     contract
+=========================  ============================================================
+``name``                   the follower's name, for logs and metrics
+``open(mappings)``         connect, create what is missing (index + alias, script, table)
+``write(batch_id, rows)``  apply a batch of ``Row``; return a ``WriteResult``
+``held(target)``           every live row the store holds: ``{id: (version, doc)}``
+``stored_form(doc)``       a canonical document as ``held`` would return it
+``close()``                release connections
+=========================  ============================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cdcsync.events import Change
+
+if TYPE_CHECKING:
+    from cdcsync.sync.mapping import TableMapping
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A change mapped for a sink: its target, document id and document (None for deletes)."""
+
+    change: Change
+    target: str  # index / table / key namespace
+    doc_id: str
+    doc: dict[str, Any] | None
+
+    @property
+    def version(self) -> int:
+        return self.change.version
+
+
+@dataclass
+class WriteResult:
+    applied: int = 0
+    stale: int = 0  # older than (or equal to) what the store holds: skipped
+    rejected: list[tuple[Row, str]] = field(default_factory=list)  # (row, the server's reason)
+
+    def merge(self, other: WriteResult) -> WriteResult:
+        return WriteResult(self.applied + other.applied, self.stale + other.stale, self.rejected + other.rejected)
+
+
+class Sink(Protocol):
+    name: str
+
+    def open(self, mappings: Sequence[TableMapping]) -> None: ...
+
+    def write(self, batch_id: int, rows: list[Row]) -> WriteResult: ...
+
+    def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]: ...
+
+    def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""One module per derived store, each implementing ``cdcsync.sync.sink.Sink``."""

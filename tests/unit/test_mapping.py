@@ -1,0 +1,80 @@
+"""Mapping: ids from primary keys, field selection, Debezium values to natural types."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from cdcsync.events import Change, PoisonRecord
+from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id, fingerprint, map_row
+
+
+def change(after: dict | None, op: str = "u") -> Change:
+    return Change("src", "public.t", op, {"id": 7}, after, 1, 42, "src.public.t", 0, 5)
+
+
+def test_doc_id_single_and_composite_keys_escape_the_separator() -> None:
+    assert doc_id({"id": 7}) == "7"
+    assert doc_id({"a": "x|y", "b": 2}) == "x\\|y|2"
+    assert doc_id({"a": 1, "b": 2}, ("b", "a")) == "2|1"
+    assert doc_id({"a": "x|", "b": "y"}) != doc_id({"a": "x", "b": "|y"})
+
+
+@pytest.mark.parametrize(
+    "kind,debezium,source_value,expected",
+    [
+        ("decimal", "12345678901234.123456", Decimal("12345678901234.123456"), Decimal("12345678901234.123456")),
+        ("date", "2024-02-29Z", date(2024, 2, 29), date(2024, 2, 29)),
+        (
+            "time",
+            "13:45:30.123456Z",
+            timedelta(hours=13, minutes=45, seconds=30, microseconds=123456),
+            time(13, 45, 30, 123456),
+        ),
+        (
+            "timestamp",
+            "2024-02-29T11:45:30.123456Z",
+            datetime(2024, 2, 29, 13, 45, 30, 123456, timezone(timedelta(hours=2))),
+            datetime(2024, 2, 29, 11, 45, 30, 123456, UTC),
+        ),
+        (
+            "timestamp",
+            "2024-02-29T13:45:30Z",
+            datetime(2024, 2, 29, 13, 45, 30),
+            datetime(2024, 2, 29, 13, 45, 30, tzinfo=UTC),
+        ),
+        ("json", '{"a": [1, 2.5]}', '{"a": [1, 2.5]}', {"a": [1, 2.5]}),
+        ("bytes", "AP8Q", b"\x00\xff\x10", b"\x00\xff\x10"),
+        ("bool", 1, 1, True),
+    ],
+)
+def test_debezium_and_source_values_meet_in_one_canonical_form(
+    kind: str, debezium: object, source_value: object, expected: object
+) -> None:
+    from cdcsync.sync.mapping import canonical_value
+
+    assert convert(debezium, kind) == expected
+    assert canonical_value(source_value, kind) == expected
+
+
+def test_bad_value_for_its_type_is_poison() -> None:
+    with pytest.raises(PoisonRecord, match="not a valid date"):
+        convert("yesterday", "date")
+
+
+def test_map_row_includes_renames_and_converts() -> None:
+    mapping = TableMapping(
+        "public.t",
+        "things",
+        include=("id", "total", "at"),
+        rename={"total": "amount"},
+        types={"total": "decimal", "at": "timestamp"},
+    )
+    row = map_row(change({"id": 7, "total": "1.50", "at": "2024-01-01T00:00:00Z", "secret": "x"}), mapping)
+    assert (row.target, row.doc_id, row.version) == ("things", "7", 42)
+    assert row.doc == {"id": 7, "amount": Decimal("1.50"), "at": datetime(2024, 1, 1, tzinfo=UTC)}
+    assert map_row(change(None, op="d"), mapping).doc is None
+    source = canonical_doc({"id": 7, "total": Decimal("1.5"), "at": datetime(2024, 1, 1), "secret": "x"}, mapping)
+    assert fingerprint(source) == fingerprint(row.doc)
