@@ -8,9 +8,9 @@ must uphold, on its own server and for every key:
   version the store holds for that key (a live row's or a delete marker's).
   The same version again is a no-op; a lower one is skipped and counted as
   ``stale``. At-least-once delivery + this rule = effectively once.
-- **Deletes leave a marker** holding the delete's version, kept at least as
-  long as ``marker_retention_s``: a replayed older write must not resurrect
-  the row. Readers never see markers.
+- **Deletes leave a marker** holding the delete's version, kept until the
+  store is rebuilt (reindex): a replayed older write must not resurrect the
+  row, however late it comes. Readers never see markers.
 - **Idempotent batches**: ``write`` may be called again with the same batch
   after a crash; the result on the store is the same.
 - **One bad row never stops the batch**: a row the server rejects (mapping

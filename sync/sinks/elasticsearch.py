@@ -1,0 +1,313 @@
+"""Elasticsearch sink: bulk ``index`` actions with external versions, behind a filtered alias.
+
+Layout per target ``T`` (``P`` is the sink's ``index_prefix``):
+
+- a physical index ``PT-000001`` (1 shard, 0 replicas, plus ``index_settings``)
+  mapped explicitly for the columns whose type the mapping knows, dynamically
+  for the rest, plus ``cdcsync_version`` (long) and ``cdcsync_deleted`` (boolean);
+- an alias ``PT``, its write index, filtered to hide delete markers. Writes and
+  readers use the alias, so a reindex can build ``-000002`` and swap it atomically.
+
+Guarantees (``cdcsync.sync.sink``):
+
+- **Apply rule**: every change is an ``index`` action with
+  ``version_type=external``; Elasticsearch itself refuses (409) a version
+  lower than or equal to the stored one, counted as ``stale``.
+- **Deletes are marker documents**, ``{cdcsync_deleted: true,
+  cdcsync_version: v}`` indexed with the delete's version, not ES deletes: ES
+  forgets a deleted document's version after ``index.gc_deletes`` (60 s) and a
+  replayed older write would then resurrect the row. A marker keeps its
+  version for as long as the index lives (a reindex, built from a bootstrap,
+  drops them). The alias filter hides markers from search, count and point in
+  time; it does **not** apply to GET/mget by id, so a reader fetching by id
+  must check ``cdcsync_deleted``.
+- **Rejected rows**: an item the server refuses (mapping conflict, too many
+  fields, id too long, a request too large for one row) is returned in
+  ``rejected`` with ES's reason; the rest of the batch is applied.
+- **Retryable**: 429/503 on the request or any item, thread-pool rejections,
+  write blocks, connection errors; replaying the whole batch is idempotent.
+- Writes do not refresh (readers see them after ``refresh_interval``); ``held`` does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
+
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout, TlsError
+from elasticsearch import ApiError, Elasticsearch
+
+from cdcsync.errors import FatalError, RetryableError
+from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.sink import Row, WriteResult
+
+log = logging.getLogger(__name__)
+
+VERSION_FIELD = "cdcsync_version"
+DELETED_FIELD = "cdcsync_deleted"
+FIRST_GENERATION = "000001"
+CHUNK_ROWS = 1000
+CHUNK_BYTES = 8 * 1024 * 1024  # far below http.max_content_length (100 MB): bounded memory on both ends
+PAGE = 1000
+
+# Column type (sync.mapping.TYPES) -> field mapping. Types missing here stay dynamic.
+FIELD_TYPES: dict[str, dict[str, Any]] = {
+    "decimal": {"type": "keyword"},  # the exact digits; a double would round them
+    "date": {"type": "date"},
+    "timestamp": {"type": "date"},  # _source keeps the microseconds; the index has millisecond precision
+    "time": {"type": "keyword"},  # a time of day has no date to parse
+    "uuid": {"type": "keyword"},
+    "json": {"type": "object", "dynamic": True},
+    "bytes": {"type": "binary"},
+    "bool": {"type": "boolean"},
+    "int": {"type": "long"},
+    "float": {"type": "double"},
+}
+HIDE_MARKERS = {"bool": {"must_not": {"term": {DELETED_FIELD: True}}}}
+# Server trouble that passes: a retry of the whole batch can succeed.
+RETRYABLE_STATUS = {429, 502, 503, 504}
+RETRYABLE_TYPES = {"es_rejected_execution_exception", "circuit_breaking_exception", "cluster_block_exception"}
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
+
+
+class ElasticsearchSink:
+    """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
+
+    def __init__(
+        self, name: str, url: str, index_prefix: str = "", *, index_settings: Mapping[str, Any] | None = None
+    ) -> None:
+        self.name = name
+        self.url = redact(url)
+        self.index_prefix = index_prefix
+        self.index_settings = dict(index_settings or {})
+        # The client retries a timed-out bulk itself: safe, every action is idempotent.
+        self._client = Elasticsearch(url, request_timeout=60, max_retries=2, retry_on_timeout=True)
+
+    def alias(self, target: str) -> str:
+        return f"{self.index_prefix}{target}"
+
+    # ------------------------------------------------------------------ open
+
+    def open(self, mappings: Sequence[TableMapping]) -> None:
+        """Create each target's index and alias if missing; add newly typed fields to existing ones."""
+        properties: dict[str, dict[str, Any]] = defaultdict(dict)
+        for mapping in mappings:  # several tables may feed one target
+            properties[mapping.target].update(self._properties(mapping))
+        for target, props in properties.items():
+            self._call(f"open {self.alias(target)}", self._ensure, target, props)
+
+    @staticmethod
+    def _properties(mapping: TableMapping) -> dict[str, Any]:
+        props: dict[str, Any] = {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}}
+        for column, kind in mapping.types.items():
+            if (mapping.include is None or column in mapping.include) and kind in FIELD_TYPES:
+                props[mapping.rename.get(column, column)] = FIELD_TYPES[kind]
+        return props
+
+    def _ensure(self, target: str, props: dict[str, Any]) -> None:
+        alias, indices = self.alias(target), self._client.indices
+        physical = f"{alias}-{FIRST_GENERATION}"
+        alias_body = {"is_write_index": True, "filter": HIDE_MARKERS}
+        for _attempt in range(2):  # a second pass only after losing a creation race
+            if indices.exists_alias(name=alias):
+                try:  # additive; a changed type is a 400, and only a reindex can apply it
+                    indices.put_mapping(index=alias, properties=props)
+                except ApiError as err:
+                    if err.meta.status != 400:
+                        raise
+                    raise FatalError(f"index {alias}: mapping no longer fits the table ({err}); reindex it") from None
+                return
+            if indices.exists(index=alias):
+                raise FatalError(f"{alias} is a concrete index, not an alias (auto-created?); delete it and reopen")
+            try:
+                if indices.exists(index=physical):
+                    indices.update_aliases(actions=[{"add": {"index": physical, "alias": alias, **alias_body}}])
+                else:
+                    indices.create(
+                        index=physical,
+                        settings={"number_of_shards": 1, "number_of_replicas": 0, **self.index_settings},
+                        # date_detection off: an untyped text column whose first value looks like a date
+                        # would be mapped `date` and every later non-date value rejected.
+                        mappings={"dynamic": True, "date_detection": False, "properties": props},
+                        aliases={alias: alias_body},
+                    )
+                return
+            except ApiError as err:
+                if _error_type(err.body) != "resource_already_exists_exception":
+                    raise
+
+    # ------------------------------------------------------------------ write
+
+    def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
+        """Apply a batch of last-per-key rows in bulk requests of at most CHUNK_ROWS rows / CHUNK_BYTES."""
+        result = WriteResult()
+        chunk: list[tuple[Row, bytes, bytes]] = []
+        size = 0
+        for row in rows:
+            try:
+                action, source = self._encode(row)
+            except (TypeError, ValueError) as err:  # NaN, a lone surrogate, a reserved field name
+                result.rejected.append((row, f"cannot be sent to elasticsearch: {err}"))
+                continue
+            if chunk and (len(chunk) >= CHUNK_ROWS or size + len(action) + len(source) > CHUNK_BYTES):
+                result = result.merge(self._bulk(chunk))
+                chunk, size = [], 0
+            chunk.append((row, action, source))
+            size += len(action) + len(source)
+        if chunk:
+            result = result.merge(self._bulk(chunk))
+        log.debug(
+            "follower=%s batch=%s rows=%d applied=%d stale=%d rejected=%d",
+            self.name, batch_id, len(rows), result.applied, result.stale, len(result.rejected),
+        )  # fmt: skip
+        if result.rejected:
+            log.warning("follower=%s batch=%s rejected=%d", self.name, batch_id, len(result.rejected))
+        return result
+
+    def _encode(self, row: Row) -> tuple[bytes, bytes]:
+        ident = {"_index": self.alias(row.target), "_id": row.doc_id}
+        action = {"index": {**ident, "version": row.version, "version_type": "external"}}
+        if row.doc is None:
+            source: dict[str, Any] = {DELETED_FIELD: True, VERSION_FIELD: row.version}
+        else:
+            source = self.stored_form(row.doc)
+            if VERSION_FIELD in source or DELETED_FIELD in source:
+                raise ValueError(f"fields {VERSION_FIELD} and {DELETED_FIELD} are reserved for cdcsync")
+            source[VERSION_FIELD], source[DELETED_FIELD] = row.version, False
+        return json.dumps(action).encode(), json.dumps(source, ensure_ascii=False, allow_nan=False).encode()
+
+    def _bulk(self, chunk: list[tuple[Row, bytes, bytes]]) -> WriteResult:
+        lines = [line for _row, action, source in chunk for line in (action, source)]
+        try:
+            # The client passes pre-encoded NDJSON lines through; its type hint only knows dicts.
+            # require_alias: if the alias vanished, fail instead of auto-creating an unmapped index.
+            response = self._call("bulk", self._client.bulk, operations=cast(Any, lines), require_alias=True)
+        except _TooLarge:
+            if len(chunk) == 1:
+                return WriteResult(rejected=[(chunk[0][0], "request entity too large (http.max_content_length)")])
+            half = len(chunk) // 2
+            return self._bulk(chunk[:half]).merge(self._bulk(chunk[half:]))
+        result = WriteResult()
+        for (row, _action, _source), item in zip(chunk, response["items"], strict=True):
+            outcome = item["index"]
+            error, status = outcome.get("error"), outcome["status"]
+            if error is None:
+                result.applied += 1
+            elif status == 409:  # the store holds this version or a newer one
+                result.stale += 1
+            elif status in RETRYABLE_STATUS or error.get("type") in RETRYABLE_TYPES:
+                raise RetryableError(f"elasticsearch {self.url} refused a write ({status}): {_reason(error)}")
+            elif error.get("type") == "index_not_found_exception":
+                raise FatalError(f"{_reason(error)}; open() creates the alias {self.alias(row.target)}")
+            else:
+                result.rejected.append((row, _reason(error)))
+        return result
+
+    # ------------------------------------------------------------------ read
+
+    def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
+        """Every live document behind the alias: ``{id: (version, doc without cdcsync fields)}``."""
+        alias = self.alias(target)
+        held: dict[str, tuple[int, dict[str, Any]]] = {}
+        if not self._call("check alias", self._client.indices.exists_alias, name=alias):
+            return held
+        self._call("refresh", self._client.indices.refresh, index=alias)
+        pit_id = self._call("open point in time", self._client.open_point_in_time, index=alias, keep_alive="2m")["id"]
+        search_after: list[Any] | None = None
+        try:
+            while True:
+                page = self._call(
+                    "search",
+                    self._client.search,
+                    pit={"id": pit_id, "keep_alive": "2m"},
+                    query=HIDE_MARKERS,  # the point in time keeps the alias filter; this says it once more
+                    sort=[{"_shard_doc": "asc"}],
+                    size=PAGE,
+                    version=True,
+                    track_total_hits=False,
+                    search_after=search_after,
+                )
+                pit_id, hits = page["pit_id"], page["hits"]["hits"]
+                for hit in hits:
+                    doc = {k: v for k, v in hit["_source"].items() if k not in (VERSION_FIELD, DELETED_FIELD)}
+                    held[hit["_id"]] = (hit["_version"], doc)
+                if len(hits) < PAGE:
+                    return held
+                search_after = hits[-1]["sort"]
+        finally:
+            # Best effort: an unclosed point in time expires by itself after its keep_alive.
+            with suppress(ApiError, TransportConnectionError, ConnectionTimeout):
+                self._client.close_point_in_time(id=pit_id)
+
+    def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """The canonical document as JSON, as ``_source`` stores and returns it."""
+        return {field: _json_safe(value) for field, value in doc.items()}
+
+    def close(self) -> None:
+        self._client.close()
+
+    # ------------------------------------------------------------------ errors
+
+    def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run one client call, mapping its failures onto the two error roots."""
+        try:
+            return func(*args, **kwargs)
+        except TlsError as err:
+            raise FatalError(f"elasticsearch {self.url}: TLS failed ({err}); check the URL scheme and CA") from None
+        except (TransportConnectionError, ConnectionTimeout) as err:
+            raise RetryableError(f"elasticsearch {self.url} unreachable during {what}: {err}") from None
+        except ApiError as err:
+            status = err.meta.status
+            if status == 413:
+                raise _TooLarge from None
+            if status in RETRYABLE_STATUS or _error_type(err.body) in RETRYABLE_TYPES:
+                raise RetryableError(f"elasticsearch {self.url} refused {what} ({status}): {err}") from None
+            raise FatalError(f"elasticsearch {self.url}: {what} failed ({status}): {err}") from None
+
+
+class _TooLarge(Exception):
+    """HTTP 413: the bulk body exceeds the server's http.max_content_length."""
+
+
+def _error_type(body: Any) -> str | None:
+    error = body.get("error") if isinstance(body, dict) else None
+    return error.get("type") if isinstance(error, dict) else None
+
+
+def _reason(error: dict[str, Any]) -> str:
+    text = f"{error.get('type')}: {error.get('reason')}"
+    cause = error.get("caused_by")
+    return f"{text} (caused by {cause.get('type')}: {cause.get('reason')})" if isinstance(cause, dict) else text
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return format(value, "f")  # exact digits, trailing zeros kept, never an exponent
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+    if isinstance(value, date | time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value

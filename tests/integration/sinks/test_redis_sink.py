@@ -1,0 +1,216 @@
+"""The Redis sink against the real local server: apply rule, delete markers, rejected rows, batch size.
+
+Each test gets its own key prefix and deletes its keys afterwards.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from datetime import time as time_of_day
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import redis
+
+from cdcsync.errors import FatalError, RetryableError
+from cdcsync.events import Change
+from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.sink import Row
+from cdcsync.sync.sinks.redis import RedisSink
+from tests.support import ENV, uid
+
+REDIS_URL = f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0"
+
+
+def upsert(target: str, doc_id: int, version: int, **fields: Any) -> Row:
+    doc = {"id": doc_id, **fields}
+    change = Change("test", "public.items", "u", {"id": doc_id}, doc, None, version, "topic", 0, version)
+    return Row(change, target, str(doc_id), doc)
+
+
+def delete(target: str, doc_id: int, version: int) -> Row:
+    change = Change("test", "public.items", "d", {"id": doc_id}, None, None, version, "topic", 0, version)
+    return Row(change, target, str(doc_id), None)
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    conn = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def sink(client: redis.Redis) -> Iterator[RedisSink]:
+    sink = RedisSink("redis-test", REDIS_URL, prefix=f"cdctest{uid()}")
+    sink.open([TableMapping("public.items", "items")])
+    yield sink
+    sink.close()
+    keys = list(client.scan_iter(match=f"{sink.prefix}:*", count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start : start + 500])
+
+
+def test_upsert_reads_back_as_its_stored_form(sink: RedisSink, client: redis.Redis) -> None:
+    doc = {
+        "name": "item",
+        "price": Decimal("12.50"),
+        "born": date(2024, 2, 29),
+        "at": datetime(2024, 2, 29, 11, 45, 30, 123456, tzinfo=UTC),
+        "opens": time_of_day(13, 45, 30),
+        "meta": {"b": [1, 2], "a": None},
+        "blob": b"\x00\xffbytes",
+        "ok": True,
+        "off": False,
+        "n": 2**40,
+        "ratio": 0.1,
+        "ref": str(uuid.UUID(int=7)),
+        "missing": None,
+    }
+    rows = [upsert("items", i, 100 + i, **doc) for i in range(3)]
+    result = sink.write(1, rows)
+    assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+    assert sink.held("items") == {row.doc_id: (row.version, sink.stored_form(row.doc or {})) for row in rows}
+    stored = client.hgetall(sink.row_key("items", "1"))
+    assert stored == {
+        "_v": "101",
+        "id": "1",
+        "name": "item",
+        "price": "12.50",
+        "born": "2024-02-29",
+        "at": "2024-02-29T11:45:30.123456+00:00",
+        "opens": "13:45:30",
+        "meta": '{"a":null,"b":[1,2]}',
+        "blob": "AP9ieXRlcw==",
+        "ok": "true",
+        "off": "false",
+        "n": str(2**40),
+        "ratio": "0.1",
+        "ref": str(uuid.UUID(int=7)),
+    }
+
+
+def test_older_version_after_a_newer_one_is_stale(sink: RedisSink) -> None:
+    assert sink.write(1, [upsert("items", 1, 20, name="new")]).applied == 1
+    result = sink.write(2, [upsert("items", 1, 10, name="old")])
+    assert (result.applied, result.stale) == (0, 1)
+    assert sink.held("items") == {"1": (20, {"id": "1", "name": "new"})}
+
+
+def test_versions_compare_exactly_beyond_double_precision(sink: RedisSink) -> None:
+    big = 2**60  # big + 1 and big + 2 are the same Lua number (double)
+    assert sink.write(1, [upsert("items", 1, big + 1, name="first")]).applied == 1
+    assert sink.write(2, [upsert("items", 1, big + 2, name="second")]).applied == 1
+    assert sink.write(3, [upsert("items", 1, big + 1, name="first again")]).stale == 1
+    assert sink.write(4, [upsert("items", 2, 9, name="nine")]).applied == 1
+    assert sink.write(5, [upsert("items", 2, 10, name="ten")]).applied == 1  # longer string, larger number
+    assert sink.write(6, [upsert("items", 2, 9, name="nine")]).stale == 1
+    held = sink.held("items")
+    assert held["1"] == (big + 2, {"id": "1", "name": "second"}) and held["2"][0] == 10
+
+
+def test_same_version_again_is_a_no_op(sink: RedisSink) -> None:
+    batch = [upsert("items", i, 7, name=f"v7-{i}") for i in range(5)]
+    assert sink.write(1, batch).applied == 5
+    again = sink.write(1, batch)  # the same batch redelivered after a crash
+    assert (again.applied, again.stale) == (0, 5)
+    assert sink.write(2, [upsert("items", 0, 7, name="same version, other content")]).stale == 1
+    assert sink.held("items")["0"] == (7, {"id": "0", "name": "v7-0"})
+
+
+def test_an_upsert_replaces_the_whole_hash(sink: RedisSink, client: redis.Redis) -> None:
+    sink.write(1, [upsert("items", 1, 10, name="a", dropped="soon gone", nullable="x")])
+    sink.write(2, [upsert("items", 1, 11, name="b", nullable=None)])
+    assert client.hgetall(sink.row_key("items", "1")) == {"_v": "11", "id": "1", "name": "b"}
+
+
+def test_delete_removes_the_row_and_a_replayed_older_write_does_not_resurrect_it(
+    sink: RedisSink, client: redis.Redis
+) -> None:
+    sink.write(1, [upsert("items", 1, 10, name="a"), upsert("items", 2, 10, name="b")])
+    assert sink.write(2, [delete("items", 1, 20)]).applied == 1
+    assert not client.exists(sink.row_key("items", "1"))
+    assert client.hget(sink.marker_key("items"), "1") == "20"
+    assert set(sink.held("items")) == {"2"}
+    replay = sink.write(3, [upsert("items", 1, 10, name="a"), delete("items", 1, 20)])
+    assert (replay.applied, replay.stale) == (0, 2)
+    assert not client.exists(sink.row_key("items", "1"))
+    assert set(sink.held("items")) == {"2"}
+
+
+def test_a_delete_of_a_row_never_seen_still_beats_its_older_snapshot(sink: RedisSink, client: redis.Redis) -> None:
+    assert sink.write(1, [delete("items", 9, 50)]).applied == 1
+    assert sink.write(2, [upsert("items", 9, 0, name="snapshot row")]).stale == 1
+    assert sink.write(3, [upsert("items", 8, 0, name="snapshot row")]).applied == 1  # version 0 is valid
+    assert not client.exists(sink.row_key("items", "9"))
+
+
+def test_a_newer_upsert_after_a_delete_brings_the_row_back(sink: RedisSink, client: redis.Redis) -> None:
+    sink.write(1, [upsert("items", 1, 10, name="a")])
+    sink.write(2, [delete("items", 1, 20)])
+    assert sink.write(3, [upsert("items", 1, 20, name="same version as the delete")]).stale == 1
+    assert sink.write(4, [upsert("items", 1, 30, name="back")]).applied == 1
+    assert sink.held("items") == {"1": (30, {"id": "1", "name": "back"})}
+    assert client.hget(sink.marker_key("items"), "1") is None  # the row's _v now holds the version
+
+
+def test_a_row_redis_refuses_is_rejected_and_the_rest_applied(sink: RedisSink, client: redis.Redis) -> None:
+    client.set(sink.row_key("items", "2"), "not a hash")
+    rows = [upsert("items", 1, 10, name="a"), upsert("items", 2, 10, name="b"), upsert("items", 3, 10, _v="x")]
+    rows.append(upsert("items", 4, 10, name="d"))
+    result = sink.write(1, rows)
+    assert (result.applied, result.stale) == (2, 0)
+    reasons = {row.doc_id: reason for row, reason in result.rejected}
+    assert set(reasons) == {"2", "3"}
+    assert "WRONGTYPE" in reasons["2"] and "'_v'" in reasons["3"]
+    assert set(sink.held("items")) == {"1", "4"}
+
+
+def test_a_few_thousand_rows_round_trip(sink: RedisSink) -> None:
+    first = [upsert("items", i, 100, name=f"row {i}", price=Decimal(i) / 100) for i in range(3500)]
+    result = sink.write(1, first)
+    assert (result.applied, result.stale, result.rejected) == (3500, 0, [])
+    mixed = (
+        first[:1000]  # redelivered: stale
+        + [upsert("items", i, 50, name="older") for i in range(1000, 1500)]  # stale
+        + [upsert("items", i, 200, name=f"newer {i}") for i in range(1500, 2500)]  # applied
+        + [delete("items", i, 300) for i in range(2500, 3000)]  # applied
+        + [upsert("items", i, 200, _v="bad") for i in range(3000, 3010)]  # rejected
+        + [upsert("items", i, 100, name="new row") for i in range(3500, 4000)]  # applied
+    )
+    result = sink.write(2, mixed)
+    assert result.applied + result.stale + len(result.rejected) == len(mixed)
+    assert (result.applied, result.stale, len(result.rejected)) == (2000, 1500, 10)
+    held = sink.held("items")
+    assert len(held) == 3500
+    assert held["1700"] == (200, {"id": "1700", "name": "newer 1700"})
+    assert held["42"] == (100, sink.stored_form(first[42].doc or {}))
+    assert "2600" not in held and held["3005"][0] == 100
+
+
+def test_the_script_is_reloaded_after_the_server_lost_it(sink: RedisSink, client: redis.Redis) -> None:
+    client.script_flush()  # what a Redis restart does to the script cache
+    result = sink.write(1, [upsert("items", i, 10, name="a") for i in range(3)])
+    assert (result.applied, result.stale) == (3, 0)
+
+
+def test_held_reads_only_its_target(sink: RedisSink) -> None:
+    sink.write(1, [upsert("items", 1, 10, name="a"), upsert("items2", 1, 10, name="b")])
+    assert set(sink.held("items")) == {"1"} and set(sink.held("items2")) == {"1"}
+    with pytest.raises(FatalError, match="target"):
+        sink.write(2, [upsert("items:x", 1, 10, name="c")])
+
+
+def test_an_unreachable_server_is_retryable_and_named() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sink = RedisSink("redis-test", f"redis://:secret@127.0.0.1:{port}/0", prefix=f"cdctest{uid()}")
+    with pytest.raises(RetryableError) as caught:
+        sink.write(1, [upsert("items", 1, 10, name="a")])
+    assert f"127.0.0.1:{port}" in str(caught.value) and "secret" not in str(caught.value)
+    sink.close()
