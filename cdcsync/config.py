@@ -126,19 +126,82 @@ class SourceConfig(_Strict):
         return f"_cdcsync_schema_history.{self.name}"
 
 
+class TableMappingConfig(_Strict):
+    target: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
+    include: list[str] | None = None
+    rename: dict[str, str] = Field(default_factory=dict)
+    types: dict[
+        str,
+        Literal[
+            "decimal", "date", "time", "timestamp", "json", "bytes", "bool", "uuid", "int", "float", "text", "array"
+        ],
+    ] = Field(default_factory=dict)
+
+
+class FollowerConfig(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    kind: Literal["elasticsearch", "redis", "delta"]
+    url: str | None = Field(None, description="elasticsearch / redis URL")
+    path: str | None = Field(None, description="delta: warehouse directory (default <state>/warehouse/<name>)")
+    prefix: str = Field("cdc", description="redis key prefix / elasticsearch index prefix")
+    soft_delete: bool = False
+    history: bool = False
+    tables: list[str] | None = Field(None, description="source.namespace.table to follow (default: all)")
+    mappings: dict[str, TableMappingConfig] = Field(default_factory=dict, description="by namespace.table")
+    checkpoint_dir: str | None = None
+    dead_letter_topic: str | None = None
+    max_offsets_per_trigger: int = Field(20000, ge=1)
+    trigger_interval_s: float = Field(1.0, ge=0)
+
+    @model_validator(mode="after")
+    def _needs_location(self) -> FollowerConfig:
+        if self.kind in ("elasticsearch", "redis") and not self.url:
+            raise ValueError(f"follower {self.name}: kind {self.kind} needs url")
+        return self
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.dead_letter_topic or f"cdcsync.dlq.{self.name}"
+
+
 class Config(_Strict):
     kafka: KafkaSettings = KafkaSettings()
     connect: ConnectSettings = ConnectSettings()
     sources: list[SourceConfig] = Field(default_factory=list)
+    followers: list[FollowerConfig] = Field(default_factory=list)
+    state_dir: str | None = Field(None, description="checkpoints and warehouse default under it")
     origin: dict[str, str] = Field(default_factory=dict, exclude=True, description="field path -> where it came from")
 
     @model_validator(mode="after")
     def _unique_names(self) -> Config:
-        names = [s.name for s in self.sources]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"source names must be unique; repeated: {', '.join(dupes)}")
+        for what, names in (("source", [s.name for s in self.sources]), ("follower", [f.name for f in self.followers])):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{what} names must be unique; repeated: {', '.join(dupes)}")
         return self
+
+    def follower(self, name: str) -> FollowerConfig:
+        for follower in self.followers:
+            if follower.name == name:
+                return follower
+        known = ", ".join(f.name for f in self.followers) or "none"
+        raise ConfigError([f"followers: no follower named {name!r}; configured: {known}"])
+
+    def followed_tables(self, follower: FollowerConfig) -> list[tuple[SourceConfig, TableRef]]:
+        """The (source, table) pairs a follower applies, in config order."""
+        pairs = [(s, t) for s in self.sources for t in s.tables]
+        if follower.tables is None:
+            return pairs
+        wanted = set(follower.tables)
+        unknown = wanted - {f"{s.name}.{t}" for s, t in pairs}
+        if unknown:
+            raise ConfigError(
+                [
+                    f"followers[{follower.name}].tables: unknown {', '.join(sorted(unknown))}; "
+                    "name them source.namespace.table"
+                ]
+            )
+        return [(s, t) for s, t in pairs if f"{s.name}.{t}" in wanted]
 
     def source(self, name: str) -> SourceConfig:
         for source in self.sources:

@@ -106,7 +106,8 @@ def version_of(envelope: dict[str, Any]) -> int:
 def _postgres_major(source: dict[str, Any]) -> int:
     sequence = source.get("sequence")
     try:
-        last_commit, _lsn = json.loads(sequence) if isinstance(sequence, str) else sequence
+        pair: Any = json.loads(sequence) if isinstance(sequence, str) else sequence
+        last_commit, _lsn = pair
     except (TypeError, ValueError):
         raise PoisonRecord(f"source.sequence {sequence!r} is not [lastCommitLsn, lsn]") from None
     if last_commit is None:
@@ -177,13 +178,13 @@ def parse_record(topic: str, partition: int, offset: int, key: bytes | None, val
 
 
 def last_per_key(changes: list[Change]) -> list[Change]:
-    """Keep, per (table, key), the change with the highest version; the later offset breaks ties.
+    """Keep, per (source, table, key), the change with the highest version; the later offset breaks ties.
 
     Input order does not matter: Spark does not promise it inside a batch.
     """
-    best: dict[tuple[str, str], Change] = {}
+    best: dict[tuple[str, str, str], Change] = {}
     for change in changes:
-        ident = (change.table, json.dumps(change.key, sort_keys=True))
+        ident = (change.source, change.table, json.dumps(change.key, sort_keys=True))
         held = best.get(ident)
         if held is None or (change.version, change.partition, change.offset) > (
             held.version,

@@ -59,6 +59,8 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.driver.memory", os.environ.get("CDCSYNC_SPARK_DRIVER_MEMORY", "1g"))
         .config("spark.sql.shuffle.partitions", "4")
+        # Delta's default of 50 partitions for reading a table's log makes every MERGE slow on small machines.
+        .config("spark.databricks.delta.snapshotPartitions", os.environ.get("CDCSYNC_DELTA_SNAPSHOT_PARTITIONS", "2"))
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )

@@ -19,6 +19,8 @@ from cdcsync.errors import CdcsyncError, ConfigError
 # command name -> (module, attribute, one-line help shown without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "connectors": ("cdcsync.cli.connectors", "connectors", "Register Debezium connectors and show their state."),
+    "run": ("cdcsync.cli.run", "run", "Run the followers: the daemon (or --once)."),
+    "verify": ("cdcsync.cli.verify", "verify", "Compare each derived store with its source, row by row."),
 }
 
 

@@ -1,0 +1,174 @@
+"""Read each followed table's columns from its source database, to build its mapping.
+
+Debezium's schemaless JSON does not say that ``"2024-02-29Z"`` is a date; the
+source catalog does. A follower reads it once at start; a mapping's ``types``
+override what it finds. The same reader serves ``verify``, which also reads
+the rows themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pymysql  # type: ignore[import-untyped]
+from psycopg.rows import dict_row
+
+from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
+from cdcsync.errors import FatalError
+from cdcsync.sync.mapping import TableMapping
+
+POSTGRES_TYPES = {
+    "numeric": "decimal",
+    "date": "date",
+    "time without time zone": "time",
+    "time with time zone": "time",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamp",
+    "json": "json",
+    "jsonb": "json",
+    "bytea": "bytes",
+    "boolean": "bool",
+    "uuid": "uuid",
+    "smallint": "int",
+    "integer": "int",
+    "bigint": "int",
+    "real": "float",
+    "double precision": "float",
+    "ARRAY": "array",
+}
+MARIADB_TYPES = {
+    "decimal": "decimal",
+    "date": "date",
+    "time": "time",
+    "datetime": "timestamp",
+    "timestamp": "timestamp",
+    "blob": "bytes",
+    "tinyblob": "bytes",
+    "mediumblob": "bytes",
+    "longblob": "bytes",
+    "binary": "bytes",
+    "varbinary": "bytes",
+    "uuid": "uuid",
+    "tinyint": "int",
+    "smallint": "int",
+    "mediumint": "int",
+    "int": "int",
+    "bigint": "int",
+    "float": "float",
+    "double": "float",
+}
+
+
+def _pg(source: SourceConfig) -> psycopg.Connection:
+    return psycopg.connect(
+        host=source.host,
+        port=source.port,
+        dbname=source.database,
+        user=source.user,
+        password=source.password.get_secret_value(),
+        connect_timeout=10,
+    )
+
+
+def _maria(source: SourceConfig) -> pymysql.connections.Connection:
+    return pymysql.connect(
+        host=source.host,
+        port=source.port,
+        user=source.user,
+        database=source.database,
+        password=source.password.get_secret_value(),
+        connect_timeout=10,
+    )
+
+
+def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(column -> mapping type, primary-key columns in key order) from the source's catalog."""
+    if source.kind == "postgres":
+        with _pg(source) as conn:
+            rows = conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                (table.namespace, table.table),
+            ).fetchall()
+            key = conn.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+                " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary"
+                " ORDER BY array_position(i.indkey, a.attnum)",
+                (f'"{table.namespace}"."{table.table}"',),
+            ).fetchall()
+        types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind in rows}
+    else:
+        conn = _maria(source)
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT column_name, data_type, column_type, column_key FROM information_schema.columns"
+                " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                (table.namespace, table.table),
+            )
+            rows = cur.fetchall()
+            cur.execute(
+                "SELECT column_name FROM information_schema.key_column_usage WHERE table_schema = %s"
+                " AND table_name = %s AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",
+                (table.namespace, table.table),
+            )
+            key = cur.fetchall()
+            cur.execute(
+                "SELECT constraint_name, check_clause FROM information_schema.check_constraints"
+                " WHERE constraint_schema = %s AND table_name = %s",
+                (table.namespace, table.table),
+            )
+            # MariaDB's JSON is LONGTEXT with a json_valid() check named after the column.
+            json_columns = {name for name, clause in cur.fetchall() if "json_valid" in clause.lower()}
+        types = {}
+        for name, kind, column_type, _ in rows:
+            types[name] = (
+                "json"
+                if name in json_columns
+                else ("bool" if column_type.lower() == "tinyint(1)" else MARIADB_TYPES.get(kind.lower(), "text"))
+            )
+    if not rows:
+        raise FatalError(f"source {source.name}: table {table} not found while reading its columns")
+    return types, tuple(k[0] for k in key)
+
+
+def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMapping]:
+    """The follower's mapping per Debezium topic."""
+    result: dict[str, TableMapping] = {}
+    targets: dict[str, str] = {}
+    for source, table in config.followed_tables(follower):
+        override = follower.mappings.get(str(table))
+        types, key_columns = columns(source, table)
+        if override:
+            types.update(override.types)
+        target = (override.target if override and override.target else table.table).lower()
+        if target in targets:
+            raise FatalError(
+                f"follower {follower.name}: {targets[target]} and {source.name}.{table} both map to "
+                f"{target!r}; set mappings.<table>.target for one of them"
+            )
+        targets[target] = f"{source.name}.{table}"
+        result[source.topic(table)] = TableMapping(
+            table=str(table),
+            target=target,
+            key_columns=key_columns,
+            include=tuple(override.include) if override and override.include is not None else None,
+            rename=dict(override.rename) if override else {},
+            types=types,
+        )
+    return result
+
+
+def source_rows(source: SourceConfig, table: TableRef) -> Iterator[dict[str, Any]]:
+    """Every row of a source table, as the database driver returns it (verify)."""
+    if source.kind == "postgres":
+        with _pg(source) as conn, conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
+            cur.execute(f'SELECT * FROM "{table.namespace}"."{table.table}"')
+            yield from cur
+    else:
+        conn = _maria(source)
+        with conn, conn.cursor(pymysql.cursors.SSDictCursor) as cur:
+            cur.execute(f"SELECT * FROM `{table.namespace}`.`{table.table}`")
+            for row in cur:
+                yield dict(row)

@@ -1,0 +1,372 @@
+"""Delta Lake sink: one path-based Delta table per target, written by a version-guarded MERGE.
+
+``<path>/<target>`` holds one row per document id: the mapped columns plus
+``_cdcsync_id``, ``_cdcsync_version``, ``_cdcsync_deleted`` and
+``_cdcsync_commit_ts``. With ``history=True``, ``<path>/<target>__history``
+holds one row per change: id, ``_cdcsync_op``, version, commit time, deleted
+flag and ``_cdcsync_doc`` (``mapping.fingerprint`` JSON).
+
+Guarantees (``cdcsync.sync.sink``):
+
+- **Apply rule**: MERGE on ``_cdcsync_id`` updates only when the incoming
+  version is higher and inserts unknown ids; the rest is ``stale``.
+  ``applied`` = inserted + updated rows of that MERGE's own commit metrics.
+- **Delete markers**: a delete keeps the row, ``_cdcsync_deleted = true`` with
+  the delete's version (data kept with ``soft_delete``, nulled otherwise); a
+  delete of an unknown id inserts a marker. **Readers filter**
+  ``NOT _cdcsync_deleted``, as ``live(target)`` and ``held`` do.
+- **Idempotent batches** by the version guard alone; the history table is
+  insert-only on (id, version), so a replay adds nothing there either (that
+  MERGE reads the history table). Delta's ``txnAppId``/``txnVersion`` keyed on
+  the batch id would silently drop the batches of a new checkpoint (ids restart
+  at 0), so they are not used.
+- **Bad rows**: values are checked against the column types in Python before
+  the DataFrame is built; a row that does not fit goes to ``rejected``.
+- A Delta commit conflict (``io.delta.exceptions.Concurrent*``) raises
+  ``RetryableError``; any other Spark failure ``FatalError``.
+
+Column types follow the mapping (renamed, filtered by ``include``): decimal
+DECIMAL(38,10) (a value needing more digits is rejected, never rounded), date
+DATE, timestamp TIMESTAMP (UTC), bytes BINARY, bool BOOLEAN, int BIGINT, float
+DOUBLE, text/uuid STRING, time STRING (ISO). Other kinds (json, array) and
+undeclared columns are STRING holding the value's JSON text (lossless:
+``"abc"``, ``5``, ``[1, 2]``); an undeclared column is added to the table the
+first time a document carries it.
+
+Stored form (``held``, ``stored_form``): Decimal normalised (``12.50`` ->
+``12.5``), datetimes aware UTC, time ISO text, dict/list JSON text
+(``sort_keys``), the rest as is; ``None`` fields are left out (a column cannot
+tell a null from an absent field).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Context, Decimal
+from typing import TYPE_CHECKING, Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdcsync.errors import CdcsyncError, FatalError, RetryableError
+from cdcsync.sync.mapping import fingerprint
+from cdcsync.sync.sink import Row, WriteResult
+
+if TYPE_CHECKING:
+    from cdcsync.sync.mapping import TableMapping
+
+log = logging.getLogger(__name__)
+
+STRING, BIGINT, BOOLEAN, TIMESTAMP = T.StringType(), T.LongType(), T.BooleanType(), T.TimestampType()
+# kind -> (column type, the canonical Python types it takes, their name in a rejection); other kinds: JSON text.
+KINDS: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
+    "decimal": (T.DecimalType(38, 10), (Decimal, int), "a decimal"),
+    "date": (T.DateType(), date, "a date"),
+    "timestamp": (TIMESTAMP, datetime, "a datetime"),
+    "time": (STRING, time, "a time"),
+    "bytes": (T.BinaryType(), (bytes, bytearray, memoryview), "bytes"),
+    "bool": (BOOLEAN, bool, "a bool"),
+    "int": (BIGINT, int, "an int"),
+    "float": (T.DoubleType(), (int, float), "a float"),
+    "text": (STRING, str, "text"),
+    "uuid": (STRING, str, "text"),
+}
+META = T.StructType(
+    [
+        T.StructField("_cdcsync_id", STRING, False),
+        T.StructField("_cdcsync_version", BIGINT, False),
+        T.StructField("_cdcsync_deleted", BOOLEAN, False),
+        T.StructField("_cdcsync_commit_ts", TIMESTAMP),
+    ]
+)
+HISTORY = T.StructType(
+    [
+        T.StructField("_cdcsync_id", STRING, False),
+        T.StructField("_cdcsync_op", STRING, False),
+        T.StructField("_cdcsync_version", BIGINT, False),
+        T.StructField("_cdcsync_commit_ts", TIMESTAMP),
+        T.StructField("_cdcsync_deleted", BOOLEAN, False),
+        T.StructField("_cdcsync_doc", STRING),
+    ]
+)
+# io.delta.exceptions.* (and their DELTA_CONCURRENT_* error classes): another writer committed first.
+CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "ConcurrentDeleteReadException",
+             "ConcurrentDeleteDeleteException", "ConcurrentTransactionException", "ConcurrentWriteException",
+             "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT")  # fmt: skip
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+WIDE = Context(prec=80)
+DEC_STEP = Decimal("1e-10")
+
+
+@dataclass
+class _Table:
+    path: str
+    kinds: dict[str, str | None]  # data column -> mapping kind (None: no declared type)
+
+
+class DeltaSink:
+    """Applies batches to Delta tables under ``path`` (see the module docstring)."""
+
+    def __init__(
+        self, name: str, spark: SparkSession, path: str, soft_delete: bool = False, history: bool = False
+    ) -> None:
+        self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
+        self._spark = spark
+        self._tables: dict[str, _Table] = {}
+
+    # ------------------------------------------------------------------ contract
+
+    def open(self, mappings: Sequence[TableMapping]) -> None:
+        """Create each target's table (and history table) if missing; add columns the mapping gained."""
+        wanted: dict[str, dict[str, str | None]] = {}
+        for mapping in mappings:
+            columns = wanted.setdefault(mapping.target, {})
+            for column in (*mapping.types, *(mapping.include or ())):
+                if mapping.include is not None and column not in mapping.include:
+                    continue
+                name, kind = mapping.rename.get(column, column), mapping.types.get(column)
+                if name.startswith("_cdcsync_"):
+                    raise FatalError(f"mapping {mapping.table}: column {name!r} clashes with the sink's columns")
+                if columns.get(name, kind) != kind:
+                    raise FatalError(f"target {mapping.target}: column {name!r} is both {columns[name]} and {kind}")
+                columns[name] = kind
+        for target, columns in wanted.items():
+            self._tables[target] = self._open_table(f"{self.path}/{target}", columns)
+            if self.history:
+                with _spark_errors(f"creating {self.path}/{target}__history"):
+                    DeltaTable.createIfNotExists(self._spark).location(f"{self.path}/{target}__history").addColumns(
+                        HISTORY
+                    ).execute()
+
+    def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
+        """MERGE each target's rows; see the module docstring for what is applied, stale or rejected."""
+        result = WriteResult()
+        latest: dict[str, dict[str, Row]] = {}
+        for row in rows:
+            if row.target not in self._tables:
+                raise FatalError(f"sink {self.name}: target {row.target!r} was not opened; add its mapping")
+            keyed = latest.setdefault(row.target, {})
+            held = keyed.get(row.doc_id)  # the follower already keeps one change per key; MERGE needs it
+            if held is not None:
+                result.stale += 1
+                if held.version >= row.version:
+                    continue
+            keyed[row.doc_id] = row
+        for target, keyed in latest.items():
+            part = self._write_target(self._tables[target], list(keyed.values()))
+            log.info(
+                "sink=%s batch=%d target=%s rows=%d applied=%d stale=%d rejected=%d",
+                self.name, batch_id, target, len(keyed), part.applied, part.stale, len(part.rejected),
+            )  # fmt: skip
+            result = result.merge(part)
+        return result
+
+    def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
+        """Every live row: ``{doc_id: (version, doc in stored form)}``. Collects the table on the driver."""
+        table = self._table(target)
+        columns = [_read(name, kind) for name, kind in table.kinds.items()]
+        with _spark_errors(f"reading {table.path}"):
+            rows = self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).collect()
+        out: dict[str, tuple[int, dict[str, Any]]] = {}
+        for row in rows:
+            doc = {name: _decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
+            out[row[0]] = (row[1], self.stored_form(doc))
+        return out
+
+    def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """The canonical document as ``held`` returns it (see the module docstring)."""
+        return {field: _stored(value) for field, value in doc.items() if value is not None}
+
+    def live(self, target: str) -> DataFrame:
+        """The target's table without delete markers: what readers should query."""
+        return self._spark.read.format("delta").load(self._table(target).path).where(~F.col("_cdcsync_deleted"))
+
+    def close(self) -> None:
+        """Nothing to release: the Spark session belongs to the caller."""
+        self._tables.clear()
+
+    # ------------------------------------------------------------------ internals
+
+    def _table(self, target: str) -> _Table:
+        if target not in self._tables:
+            raise FatalError(f"sink {self.name}: target {target!r} was not opened")
+        return self._tables[target]
+
+    def _open_table(self, path: str, columns: dict[str, str | None]) -> _Table:
+        schema = T.StructType(META.fields + [T.StructField(n, _spark_type(k)) for n, k in columns.items()])
+        with _spark_errors(f"opening {path}"):
+            DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema).execute()
+            existing = DeltaTable.forPath(self._spark, path).toDF().schema
+        table = _Table(path, {})
+        for field in existing.fields:
+            if field.name in META.fieldNames():
+                continue
+            if field.name in columns and field.dataType != _spark_type(columns[field.name]):
+                raise FatalError(
+                    f"{path}: column {field.name} is {field.dataType.simpleString()}, the mapping wants "
+                    f"{_spark_type(columns[field.name]).simpleString()}; reindex the target or fix the mapping"
+                )
+            table.kinds[field.name] = columns.get(field.name, _kind_of(field.dataType))
+        self._add_columns(table, {n: k for n, k in columns.items() if n not in table.kinds})
+        return table
+
+    def _add_columns(self, table: _Table, columns: dict[str, str | None]) -> None:
+        if not columns:
+            return
+        listed = ", ".join(f"{_quote(n)} {_spark_type(k).simpleString()}" for n, k in columns.items())
+        with _spark_errors(f"adding columns to {table.path}"):
+            self._spark.sql(f"ALTER TABLE delta.{_quote(table.path)} ADD COLUMNS ({listed})")
+        table.kinds.update(columns)
+
+    def _write_target(self, table: _Table, rows: list[Row]) -> WriteResult:
+        result = WriteResult()
+        records: list[tuple[Row, dict[str, Any]]] = []
+        new: dict[str, str | None] = {}
+        for row in rows:
+            try:
+                values = {n: _encode(table.kinds.get(n), v, n) for n, v in (row.doc or {}).items()}
+            except (ValueError, TypeError, ArithmeticError) as err:
+                result.rejected.append((row, str(err)))
+                continue
+            new.update({n: None for n in values if n not in table.kinds})
+            records.append((row, values))
+        if not records:
+            return result
+        self._add_columns(table, new)
+        names = list(table.kinds)
+        schema = T.StructType(META.fields + [T.StructField(n, _spark_type(table.kinds[n])) for n in names])
+        data = [
+            (row.doc_id, row.version, row.doc is None, _commit_ts(row), *(values.get(n) for n in names))
+            for row, values in records
+        ]
+        every: dict[str, str | Column] = {_quote(n): f"s.{_quote(n)}" for n in schema.fieldNames()}
+        guard = "s._cdcsync_version > t._cdcsync_version"
+        with _spark_errors(f"merging into {table.path}"):
+            source = self._spark.createDataFrame(data, schema)
+            merge = (
+                DeltaTable.forPath(self._spark, table.path)
+                .alias("t")
+                .merge(source.alias("s"), "t._cdcsync_id = s._cdcsync_id")
+            )
+            if self.soft_delete:  # keep the last data, record the delete
+                meta: dict[str, str | Column] = {n: f"s.{n}" for n in META.fieldNames()}
+                merge = merge.whenMatchedUpdate(condition=f"{guard} AND s._cdcsync_deleted", set=meta)
+            merge = merge.whenMatchedUpdate(condition=guard, set=every).whenNotMatchedInsert(values=every)
+            metrics = merge.execute().collect()[0]
+            if self.history:
+                self._append_history(table, records)
+        result.applied = int(metrics["num_inserted_rows"]) + int(metrics["num_updated_rows"])
+        result.stale = len(records) - result.applied
+        return result
+
+    def _append_history(self, table: _Table, records: list[tuple[Row, dict[str, Any]]]) -> None:
+        data = [
+            (row.doc_id, row.change.op, row.version, _commit_ts(row), row.doc is None,
+             None if row.doc is None else fingerprint(row.doc))
+            for row, _ in records
+        ]  # fmt: skip
+        source = self._spark.createDataFrame(data, HISTORY)
+        key = "t._cdcsync_id = s._cdcsync_id AND t._cdcsync_version = s._cdcsync_version"
+        target = DeltaTable.forPath(self._spark, f"{table.path}__history").alias("t")
+        target.merge(source.alias("s"), key).whenNotMatchedInsertAll().execute()
+
+
+@contextmanager
+def _spark_errors(what: str) -> Iterator[None]:
+    """Map Spark/Delta failures onto the two error roots (Py4J errors carry the Java class in their text)."""
+    try:
+        yield
+    except CdcsyncError:
+        raise
+    except Exception as err:
+        text = f"{type(err).__name__}: {err}"
+        if any(marker in text for marker in CONFLICTS):
+            raise RetryableError(f"{what}: Delta commit conflict, retry the batch: {text[:300]}") from err
+        raise FatalError(f"{what} failed: {text[:1000]}") from err
+
+
+def _spark_type(kind: str | None) -> T.DataType:
+    return KINDS[kind][0] if kind in KINDS else STRING
+
+
+def _kind_of(data_type: T.DataType) -> str | None:
+    """The kind of a table column the mapping does not declare (STRING: JSON text)."""
+    return next((k for k, (t, _, _) in KINDS.items() if t == data_type != STRING), None)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _read(name: str, kind: str | None) -> Column:
+    """A column as ``held`` reads it: timestamps as epoch micros (``collect`` would make them local time)."""
+    column = F.col(_quote(name))
+    return F.unix_micros(column).alias(name) if kind == "timestamp" else column
+
+
+def _commit_ts(row: Row) -> datetime | None:
+    ms = row.change.commit_ts_ms
+    return None if ms is None else EPOCH + timedelta(milliseconds=ms)
+
+
+def _utc(value: datetime) -> datetime:
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _encode(kind: str | None, value: Any, name: str) -> Any:
+    """A canonical value -> the value put in the column; ValueError/TypeError if it does not fit."""
+    if value is None:
+        return None
+    if kind not in KINDS:
+        return json.dumps(value, sort_keys=True)
+    _, accepted, what = KINDS[kind]
+    fits = isinstance(value, accepted) and isinstance(value, bool) == (kind == "bool")
+    if not fits or (kind == "date" and isinstance(value, datetime)):
+        raise TypeError(f"column {name}: {type(value).__name__} {value!r:.80} is not {what}")
+    if kind == "decimal":  # at most 28 digits before the point and 10 after it
+        exact = Decimal(value)
+        if not exact.is_finite() or exact.adjusted() > 27 or exact.quantize(DEC_STEP, context=WIDE) != exact:
+            raise ValueError(f"column {name}: {value} does not fit DECIMAL(38,10)")
+        return exact
+    if kind == "int" and not -(2**63) <= value < 2**63:
+        raise ValueError(f"column {name}: {value} does not fit BIGINT")
+    converters: dict[str, Any] = {"timestamp": _utc, "time": time.isoformat, "bytes": bytes, "float": float}
+    return converters.get(kind, lambda v: v)(value)
+
+
+def _decode(kind: str | None, value: Any) -> Any:
+    """A column value as read (timestamps as epoch micros) -> the canonical value."""
+    if value is None:
+        return None
+    if kind == "timestamp":
+        return EPOCH + timedelta(microseconds=value)
+    if kind == "time":
+        return time.fromisoformat(value)
+    if kind in KINDS:
+        return bytes(value) if isinstance(value, bytearray) else value
+    return json.loads(value)
+
+
+def _stored(value: Any) -> Any:
+    if isinstance(value, Decimal) and value.is_zero():
+        return Decimal(0)
+    if isinstance(value, Decimal) and value.is_finite():
+        # One representative per value, never in exponent form: 12.50 -> 12.5, 1E+2 -> 100, -0 -> 0.
+        normal = value.normalize(WIDE)
+        return normal.quantize(Decimal(1), context=WIDE) if normal == normal.to_integral_value() else normal
+    if isinstance(value, datetime):
+        return _utc(value)
+    if isinstance(value, time):
+        return value.isoformat()
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return value

@@ -1,0 +1,124 @@
+"""One PySpark Structured Streaming query per follower: Kafka source, ``foreachBatch``, own checkpoint.
+
+Followers never block each other: each is its own query with its own
+checkpoint directory (its position in the log) and its own sink. The batch
+function runs on the driver and hands the records to ``Follower.process``;
+Spark commits a batch's offsets to the checkpoint only after it returns.
+
+The Kafka source reads compacted topics, whose offsets have gaps by design,
+hence ``failOnDataLoss=false``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cdcsync.config import Config, FollowerConfig
+from cdcsync.errors import FatalError
+from cdcsync.spark import state_dir
+from cdcsync.sync.catalog import mappings_for
+from cdcsync.sync.follower import DeadLetters, Follower, Record
+from cdcsync.sync.sink import Sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+
+def base_dir(config: Config) -> Path:
+    return Path(config.state_dir) if config.state_dir else state_dir()
+
+
+def checkpoint_dir(config: Config, follower: FollowerConfig) -> Path:
+    return (
+        Path(follower.checkpoint_dir) if follower.checkpoint_dir else base_dir(config) / "checkpoints" / follower.name
+    )
+
+
+def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Sink:
+    if follower.kind == "elasticsearch":
+        from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
+
+        return ElasticsearchSink(follower.name, follower.url or "", index_prefix=follower.prefix)
+    if follower.kind == "redis":
+        from cdcsync.sync.sinks.redis import RedisSink
+
+        return RedisSink(follower.name, follower.url or "", prefix=follower.prefix)
+    if spark is None:
+        raise FatalError(f"follower {follower.name}: the delta sink needs a Spark session")
+    from cdcsync.sync.sinks.delta import DeltaSink
+
+    path = follower.path or str(base_dir(config) / "warehouse" / follower.name)
+    return DeltaSink(follower.name, spark, path, soft_delete=follower.soft_delete, history=follower.history)
+
+
+def ensure_dead_letter_topic(config: Config, follower: FollowerConfig) -> None:
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
+    if follower.dlq_topic in admin.list_topics(timeout=15).topics:
+        return
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                follower.dlq_topic,
+                num_partitions=1,
+                replication_factor=config.kafka.topic_replication_factor,
+                config={"retention.ms": str(30 * 24 * 3600 * 1000)},
+            )
+        ]
+    )
+    for future in futures.values():
+        try:
+            future.result(timeout=30)
+        except Exception as err:  # created meanwhile by another process is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(err):
+                raise
+
+
+def build_follower(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Follower:
+    mappings = mappings_for(config, follower)
+    if not mappings:
+        raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")
+    sink = build_sink(config, follower, spark)
+    sink.open(list(mappings.values()))
+    ensure_dead_letter_topic(config, follower)
+    return Follower(
+        follower.name, sink, mappings, DeadLetters(config.kafka.bootstrap_servers, follower.dlq_topic, follower.name)
+    )
+
+
+def start_query(
+    spark: SparkSession, config: Config, cfg: FollowerConfig, follower: Follower, once: bool = False
+) -> StreamingQuery:
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+        .option("subscribe", ",".join(sorted(follower.mappings)))
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "false")
+        .option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
+        .load()
+        .select("topic", "partition", "offset", "key", "value")
+    )
+
+    def batch(df: DataFrame, batch_id: int) -> None:
+        rows = df.collect()
+        follower.process(batch_id, (Record(r[0], r[1], r[2], _bytes(r[3]), _bytes(r[4])) for r in rows))
+
+    writer = (
+        source.writeStream.queryName(f"cdcsync-{cfg.name}")
+        .foreachBatch(batch)
+        .option("checkpointLocation", str(checkpoint_dir(config, cfg)))
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if once
+        else writer.trigger(processingTime=f"{cfg.trigger_interval_s} seconds")
+    )
+    return writer.start()
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)

@@ -1,0 +1,140 @@
+"""Harness for follower tests: captured tables, three followers (Elasticsearch, Redis, Delta), verify.
+
+One Spark session serves a whole test module. Each scenario gets unique
+tables, connector, topics, index prefix, Redis prefix, Delta path, checkpoints
+and dead-letter topic, all removed afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+from elasticsearch import Elasticsearch
+
+from cdcsync.config import Config
+from cdcsync.connectors.apply import apply
+from cdcsync.sync.stream import build_follower, build_sink, start_query
+from cdcsync.sync.verify import TableReport, verify_follower
+from tests.support import ENV, drop_capture, execute, read_topic, source_dict, uid, wait_streaming
+
+
+def follower_dicts(tag: str, tmp: Path) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "search",
+            "kind": "elasticsearch",
+            "url": f"http://127.0.0.1:{ENV['ES_PORT']}",
+            "prefix": f"{tag}-",
+            "dead_letter_topic": f"dlq.{tag}.search",
+            "checkpoint_dir": str(tmp / "ckpt-search"),
+        },
+        {
+            "name": "cache",
+            "kind": "redis",
+            "url": f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0",
+            "prefix": tag,
+            "dead_letter_topic": f"dlq.{tag}.cache",
+            "checkpoint_dir": str(tmp / "ckpt-cache"),
+        },
+        {
+            "name": "warehouse",
+            "kind": "delta",
+            "path": str(tmp / "warehouse"),
+            "soft_delete": True,
+            "dead_letter_topic": f"dlq.{tag}.warehouse",
+            "checkpoint_dir": str(tmp / "ckpt-warehouse"),
+        },
+    ]
+
+
+class Scenario:
+    def __init__(self, config: Config, spark: Any, tag: str) -> None:
+        self.config, self.spark, self.tag = config, spark, tag
+        self.followers: dict[str, Any] = {}
+        self.ticks = 0
+
+    def caught_up(self) -> None:
+        """Commit a tick in each source and wait until capture emitted it: all committed before is in Kafka."""
+        self.ticks += 1
+        for source in self.config.sources:
+            tick = next(t for t in source.tables if t.table.startswith("tick_"))
+            execute(source.kind, f"INSERT INTO {tick.table} VALUES ({self.ticks})")
+            read_topic(source.topic(tick), lambda rs: any(r.key == {"id": self.ticks} for r in rs), timeout=180)
+        time.sleep(1)  # records of other topics sent just before the tick may still be in flight
+
+    def run_once(self, *names: str) -> None:
+        """Apply everything committed up to now, for each follower (as `cdcsync run --once`)."""
+        self.caught_up()
+        for cfg in self.config.followers:
+            if names and cfg.name not in names:
+                continue
+            follower = self.followers.get(cfg.name) or build_follower(self.config, cfg, self.spark)
+            self.followers[cfg.name] = follower
+            query = start_query(self.spark, self.config, cfg, follower, once=True)
+            query.awaitTermination(600)
+            assert query.exception() is None, query.exception()
+
+    def verify(self) -> list[TableReport]:
+        reports = []
+        for cfg in self.config.followers:
+            sink = build_sink(self.config, cfg, self.spark)
+            reports.extend(verify_follower(self.config, cfg, sink))
+        return reports
+
+    def assert_converged(self) -> None:
+        bad = [r.as_dict() for r in self.verify() if not r.clean]
+        assert not bad, bad
+
+    def held(self, follower: str, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
+        return self.followers[follower].sink.held(target)
+
+
+def drop_stores(config: Config, tag: str) -> None:
+    """Remove what the followers of a scenario wrote: dead-letter topics, indexes, Redis keys."""
+    from cdcsync.connectors.topics import delete_topics
+
+    delete_topics(config, [f.dlq_topic for f in config.followers])
+    es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
+    es.indices.delete(index=f"{tag}-*", ignore_unavailable=True, allow_no_indices=True)
+    r = redis.Redis(port=int(ENV["REDIS_PORT"]))
+    for key in r.scan_iter(f"{tag}:*", count=1000):
+        r.delete(key)
+
+
+@contextmanager
+def scenario(spark: Any, tmp: Path, tables: dict[str, list[str]], ddl: dict[str, list[str]]) -> Iterator[Scenario]:
+    """``tables``/``ddl`` by kind ("postgres", "mariadb"); tables are namespace-qualified."""
+    tag = f"t{uid()}"
+    tables = {
+        kind: [*names, f"{'public' if kind == 'postgres' else 'inventory'}.tick_{tag}_{kind[:2]}"]
+        for kind, names in tables.items()
+    }
+    for kind, statements in ddl.items():
+        execute(kind, *statements, f"CREATE TABLE tick_{tag}_{kind[:2]} (id INT PRIMARY KEY)")
+    sources = [
+        source_dict(kind, f"{tag}_{'pg' if kind == 'postgres' else 'ma'}", names) for kind, names in tables.items()
+    ]
+    config = Config.model_validate(
+        {
+            "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
+            "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
+            "sources": sources,
+            "followers": follower_dicts(tag, tmp),
+            "state_dir": str(tmp),
+        }
+    )
+    try:
+        apply(config)
+        wait_streaming(config)
+        yield Scenario(config, spark, tag)
+    finally:
+        drop_capture(config)
+        drop_stores(config, tag)
+        for kind, names in tables.items():
+            for name in names:
+                execute(kind, f"DROP TABLE IF EXISTS {name.split('.')[-1]}")

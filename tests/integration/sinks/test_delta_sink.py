@@ -1,0 +1,236 @@
+"""The Delta Lake sink on real Spark + Delta tables on local disk: apply rule, delete markers, history, bad rows.
+
+One Spark session serves the whole module (the JVM takes ~15 s to start);
+each test writes its own tables under its own ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcsync.errors import FatalError, RetryableError
+from cdcsync.events import Change
+from cdcsync.sync.mapping import TableMapping, fingerprint
+from cdcsync.sync.sink import Row
+
+TYPES = {
+    "price": "decimal",
+    "born": "date",
+    "seen_at": "timestamp",
+    "opens": "time",
+    "attrs": "json",
+    "blob": "bytes",
+    "active": "bool",
+    "n": "int",
+    "ratio": "float",
+    "name": "text",
+}
+SIMPLE = TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})
+
+
+@pytest.fixture(scope="module")
+def spark(stack_up: None) -> Iterator[Any]:
+    from cdcsync.spark import spark_session
+
+    # Small tables: fewer Delta snapshot/shuffle partitions keep each MERGE to a few tasks on 2 cores.
+    conf = {"spark.databricks.delta.snapshotPartitions": "2", "spark.sql.shuffle.partitions": "2"}
+    # Not stopped afterwards: other modules of the run share the process-wide session (getOrCreate).
+    yield spark_session("cdcsync-test-delta-sink", conf=conf)
+
+
+def make_sink(spark: Any, tmp_path: Path, *mappings: TableMapping, **options: Any) -> Any:
+    from cdcsync.sync.sinks.delta import DeltaSink
+
+    sink = DeltaSink("warehouse", spark, str(tmp_path / "lake"), **options)
+    sink.open(list(mappings) or [SIMPLE])
+    return sink
+
+
+def upsert(doc_id: str, version: int, doc: dict[str, Any], target: str = "items") -> Row:
+    change = Change("src", "public.items", "u", {"id": doc_id}, dict(doc), 1_709_207_130_123, version, "t", 0, version)
+    return Row(change, target, doc_id, doc)
+
+
+def delete(doc_id: str, version: int, target: str = "items") -> Row:
+    change = Change("src", "public.items", "d", {"id": doc_id}, None, 1_709_207_130_456, version, "t", 0, version)
+    return Row(change, target, doc_id, None)
+
+
+def raw(sink: Any, target: str = "items") -> dict[str, dict[str, Any]]:
+    """Every row of the table, delete markers included."""
+    path = sink._tables[target].path
+    return {r["_cdcsync_id"]: r.asDict() for r in sink._spark.read.format("delta").load(path).collect()}
+
+
+def test_every_type_round_trips_to_its_stored_form(spark: Any, tmp_path: Path) -> None:
+    mapping = TableMapping(table="public.items", target="items", types=TYPES)
+    sink = make_sink(spark, tmp_path, mapping)
+    full = {
+        "price": Decimal("12.50"),
+        "born": date(2024, 2, 29),
+        "seen_at": datetime(2024, 2, 29, 13, 45, 30, 123456, tzinfo=timezone(timedelta(hours=2))),
+        "opens": time(13, 45, 30, 123456),
+        "attrs": {"b": [1, 2.5, None], "a": {"x": "é"}},
+        "blob": b"\x00\xffbin",
+        "active": True,
+        "n": 2**62,
+        "ratio": 0.1,
+        "name": "héllo ✓",
+        "extra": [1, "a"],  # no declared type: JSON text, column added on first sight
+    }
+    sparse = {"price": Decimal("-100"), "attrs": "bare string", "n": 0, "extra": "x", "name": None}
+    result = sink.write(1, [upsert("1", 10, full), upsert("2", 11, sparse)])
+    assert (result.applied, result.stale, result.rejected) == (2, 0, [])
+
+    held = sink.held("items")
+    assert held == {"1": (10, sink.stored_form(full)), "2": (11, sink.stored_form(sparse))}
+    stored = held["1"][1]
+    assert stored["seen_at"] == datetime(2024, 2, 29, 11, 45, 30, 123456, tzinfo=UTC)
+    assert stored["attrs"] == '{"a": {"x": "\\u00e9"}, "b": [1, 2.5, null]}'
+    assert stored["opens"] == "13:45:30.123456" and stored["price"] == Decimal("12.5")
+    assert str(held["2"][1]["price"]) == "-100" and held["2"][1]["attrs"] == "bare string"
+    assert "name" not in held["2"][1]
+
+    types = {f.name: f.dataType.simpleString() for f in sink.live("items").schema.fields}
+    assert types == {
+        "_cdcsync_id": "string", "_cdcsync_version": "bigint", "_cdcsync_deleted": "boolean",
+        "_cdcsync_commit_ts": "timestamp", "price": "decimal(38,10)", "born": "date", "seen_at": "timestamp",
+        "opens": "string", "attrs": "string", "blob": "binary", "active": "boolean", "n": "bigint",
+        "ratio": "double", "name": "string", "extra": "string",
+    }  # fmt: skip
+    utc_text = sink.live("items").selectExpr("date_format(seen_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS')").collect()
+    assert sorted(str(r[0]) for r in utc_text) == ["2024-02-29 11:45:30.123456", "None"]
+    assert raw(sink)["2"]["extra"] == '"x"'
+
+    # A new sink on the same tables (a restart) reads the same, untyped column included.
+    again = make_sink(spark, tmp_path, mapping)
+    assert again.held("items") == held
+
+
+def test_older_version_is_stale_and_same_version_is_a_no_op(spark: Any, tmp_path: Path) -> None:
+    sink = make_sink(spark, tmp_path)
+    assert sink.write(1, [upsert("a", 10, {"n": 2, "name": "new"})]).applied == 1
+
+    older = sink.write(2, [upsert("a", 5, {"n": 1, "name": "old"})])
+    assert (older.applied, older.stale, older.rejected) == (0, 1, [])
+    assert sink.held("items") == {"a": (10, {"n": 2, "name": "new"})}
+
+    same = sink.write(3, [upsert("a", 10, {"n": 3, "name": "same version, other data"})])
+    assert (same.applied, same.stale) == (0, 1)
+    assert sink.held("items") == {"a": (10, {"n": 2, "name": "new"})}
+
+
+def test_replaying_a_batch_changes_nothing(spark: Any, tmp_path: Path) -> None:
+    sink = make_sink(spark, tmp_path)
+    batch = [upsert("a", 1, {"n": 1}), upsert("b", 2, {"n": 2}), delete("c", 3)]
+    first = sink.write(7, batch)
+    assert (first.applied, first.stale) == (3, 0)
+    before = raw(sink)
+    replay = sink.write(7, batch)
+    assert (replay.applied, replay.stale, replay.rejected) == (0, 3, [])
+    assert raw(sink) == before
+
+
+@pytest.mark.parametrize("soft_delete", [False, True])
+def test_delete_leaves_a_marker_that_an_older_replay_cannot_pass(spark: Any, tmp_path: Path, soft_delete: bool) -> None:
+    sink = make_sink(spark, tmp_path, soft_delete=soft_delete)
+    sink.write(1, [upsert("a", 1, {"n": 1, "name": "first"}), upsert("b", 1, {"n": 9})])
+    gone = sink.write(2, [delete("a", 2), delete("never-seen", 5)])
+    assert (gone.applied, gone.stale) == (2, 0)
+    assert sink.held("items") == {"b": (1, {"n": 9})}
+    assert [r["_cdcsync_id"] for r in sink.live("items").collect()] == ["b"]
+
+    marker = raw(sink)["a"]
+    assert marker["_cdcsync_deleted"] is True and marker["_cdcsync_version"] == 2
+    assert (marker["n"], marker["name"]) == ((1, "first") if soft_delete else (None, None))
+    assert raw(sink)["never-seen"]["_cdcsync_deleted"] is True
+
+    replay = sink.write(3, [upsert("a", 1, {"n": 1, "name": "first"}), upsert("never-seen", 4, {"n": 4})])
+    assert (replay.applied, replay.stale) == (0, 2)
+    assert sink.held("items") == {"b": (1, {"n": 9})}
+
+    back = sink.write(4, [upsert("a", 3, {"n": 3, "name": "back"})])
+    assert back.applied == 1
+    assert sink.held("items") == {"a": (3, {"n": 3, "name": "back"}), "b": (1, {"n": 9})}
+    assert raw(sink)["a"]["_cdcsync_deleted"] is False
+
+
+def test_history_records_every_change_once(spark: Any, tmp_path: Path) -> None:
+    sink = make_sink(spark, tmp_path, history=True)
+    sink.write(1, [upsert("a", 1, {"n": 1}), upsert("b", 1, {"n": 2, "name": "b"})])
+    second = [upsert("a", 2, {"n": 10}), delete("b", 3), upsert("c", 1, {"n": 3})]
+    sink.write(2, second)
+    sink.write(2, second)  # a replay adds nothing
+    sink.write(3, [upsert("a", 1, {"n": 1})])  # stale for the table, already in the history
+
+    rows = spark.read.format("delta").load(str(tmp_path / "lake/items__history")).collect()
+    got = sorted(
+        (r["_cdcsync_id"], r["_cdcsync_version"], r["_cdcsync_op"], r["_cdcsync_deleted"], r["_cdcsync_doc"])
+        for r in rows
+    )
+    assert got == [
+        ("a", 1, "u", False, fingerprint({"n": 1})),
+        ("a", 2, "u", False, fingerprint({"n": 10})),
+        ("b", 1, "u", False, fingerprint({"n": 2, "name": "b"})),
+        ("b", 3, "d", True, None),
+        ("c", 1, "u", False, fingerprint({"n": 3})),
+    ]
+    assert json.loads(got[0][4]) == {"n": 1}
+    commit_times = (
+        spark.read.format("delta")
+        .load(str(tmp_path / "lake/items__history"))
+        .selectExpr("_cdcsync_op", "unix_millis(_cdcsync_commit_ts)")
+    )
+    assert set(map(tuple, commit_times.collect())) == {("u", 1_709_207_130_123), ("d", 1_709_207_130_456)}
+
+
+def test_a_bad_row_is_rejected_and_the_rest_applied(spark: Any, tmp_path: Path) -> None:
+    mapping = TableMapping(table="public.items", target="items", types={"n": "int", "price": "decimal"})
+    sink = make_sink(spark, tmp_path, mapping)
+    text_in_int = upsert("bad1", 1, {"n": "twelve"})
+    too_precise = upsert("bad2", 1, {"n": 1, "price": Decimal("1.00000000001")})
+    rows = [upsert("ok", 1, {"n": 1, "price": Decimal("3.25")}), text_in_int, too_precise, upsert("ok2", 2, {"n": 2})]
+    result = sink.write(1, rows)
+
+    assert result.applied == 2 and result.stale == 0
+    assert [(r.doc_id, reason) for r, reason in result.rejected] == [
+        ("bad1", "column n: str 'twelve' is not an int"),
+        ("bad2", "column price: 1.00000000001 does not fit DECIMAL(38,10)"),
+    ]
+    assert result.applied + result.stale + len(result.rejected) == len(rows)
+    assert sink.held("items") == {"ok": (1, {"n": 1, "price": Decimal("3.25")}), "ok2": (2, {"n": 2})}
+
+
+def test_reopen_adds_new_columns_and_refuses_a_changed_type(spark: Any, tmp_path: Path) -> None:
+    sink = make_sink(spark, tmp_path)
+    sink.write(1, [upsert("a", 1, {"n": 1})])
+    wider = TableMapping(table="public.items", target="items", types={**SIMPLE.types, "at": "timestamp"})
+    reopened = make_sink(spark, tmp_path, wider)
+    at = datetime(2000, 1, 1, tzinfo=UTC)
+    assert reopened.write(2, [upsert("b", 1, {"n": 2, "at": at})]).applied == 1
+    assert reopened.held("items") == {"a": (1, {"n": 1}), "b": (1, {"n": 2, "at": at})}
+
+    changed = TableMapping(table="public.items", target="items", types={"n": "text"})
+    with pytest.raises(FatalError, match="column n is bigint, the mapping wants string"):
+        make_sink(spark, tmp_path, changed)
+
+
+def test_commit_conflicts_are_retryable_other_failures_fatal() -> None:
+    from cdcsync.sync.sinks.delta import _spark_errors
+
+    # The text of the Py4JJavaError a real concurrent MERGE raised on this stack (Delta 4.0).
+    conflict = (
+        "An error occurred while calling o263.execute.\n: io.delta.exceptions.ConcurrentAppendException: "
+        "[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added to the root of the table"
+    )
+    with pytest.raises(RetryableError, match="Delta commit conflict"), _spark_errors("merging"):
+        raise RuntimeError(conflict)
+    with pytest.raises(FatalError, match="merging failed"), _spark_errors("merging"):
+        raise RuntimeError("java.io.IOException: No space left on device")
