@@ -16,6 +16,7 @@ import pymysql  # type: ignore[import-untyped]
 from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors.client import ConnectClient, ConnectUnreachable
 from cdcsync.connectors.render import CONNECTOR_CLASSES
+from cdcsync.db import connect_mariadb, connect_postgres
 
 
 def check_connect(client: ConnectClient, config: Config) -> list[str]:
@@ -36,14 +37,7 @@ def check_connect(client: ConnectClient, config: Config) -> list[str]:
 def check_postgres(source: SourceConfig) -> list[str]:
     where = f"source {source.name} (postgres {source.host}:{source.port}/{source.database})"
     try:
-        conn = psycopg.connect(
-            host=source.host,
-            port=source.port,
-            dbname=source.database,
-            user=source.user,
-            password=source.password.get_secret_value(),
-            connect_timeout=5,
-        )
+        conn = connect_postgres(source, timeout_s=5)
     except psycopg.OperationalError as err:
         return [f"{where}: cannot connect as {source.user}: {str(err).strip().splitlines()[-1]}"]
     problems = []
@@ -85,13 +79,7 @@ def check_postgres(source: SourceConfig) -> list[str]:
 def check_mariadb(source: SourceConfig) -> list[str]:
     where = f"source {source.name} ({source.kind} {source.host}:{source.port})"
     try:
-        conn = pymysql.connect(
-            host=source.host,
-            port=source.port,
-            user=source.user,
-            password=source.password.get_secret_value(),
-            connect_timeout=5,
-        )
+        conn = connect_mariadb(source, timeout_s=5, database=False)
     except pymysql.MySQLError as err:
         return [f"{where}: cannot connect as {source.user}: {err}"]
     problems = []

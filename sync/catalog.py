@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pymysql  # type: ignore[import-untyped]
 from psycopg.rows import dict_row
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
+from cdcsync.db import connect_mariadb, connect_postgres
 from cdcsync.errors import FatalError
 from cdcsync.sync.mapping import TableMapping
 
@@ -61,32 +61,10 @@ MARIADB_TYPES = {
 }
 
 
-def _pg(source: SourceConfig) -> psycopg.Connection:
-    return psycopg.connect(
-        host=source.host,
-        port=source.port,
-        dbname=source.database,
-        user=source.user,
-        password=source.password.get_secret_value(),
-        connect_timeout=10,
-    )
-
-
-def _maria(source: SourceConfig) -> pymysql.connections.Connection:
-    return pymysql.connect(
-        host=source.host,
-        port=source.port,
-        user=source.user,
-        database=source.database,
-        password=source.password.get_secret_value(),
-        connect_timeout=10,
-    )
-
-
 def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tuple[str, ...]]:
     """(column -> mapping type, primary-key columns in key order) from the source's catalog."""
     if source.kind == "postgres":
-        with _pg(source) as conn:
+        with connect_postgres(source) as conn:
             rows = conn.execute(
                 "SELECT column_name, data_type FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
@@ -100,7 +78,7 @@ def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tupl
             ).fetchall()
         types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind in rows}
     else:
-        conn = _maria(source)
+        conn = connect_mariadb(source)
         with conn, conn.cursor() as cur:
             cur.execute(
                 "SELECT column_name, data_type, column_type, column_key FROM information_schema.columns"
@@ -163,11 +141,11 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
 def source_rows(source: SourceConfig, table: TableRef) -> Iterator[dict[str, Any]]:
     """Every row of a source table, as the database driver returns it (verify)."""
     if source.kind == "postgres":
-        with _pg(source) as conn, conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
+        with connect_postgres(source) as conn, conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
             cur.execute(f'SELECT * FROM "{table.namespace}"."{table.table}"')
             yield from cur
     else:
-        conn = _maria(source)
+        conn = connect_mariadb(source)
         with conn, conn.cursor(pymysql.cursors.SSDictCursor) as cur:
             cur.execute(f"SELECT * FROM `{table.namespace}`.`{table.table}`")
             for row in cur:

@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from typing import Any
 
 import click
@@ -65,19 +66,26 @@ def run(ctx: click.Context, followers: tuple[str, ...], once: bool, metrics_port
         metrics.serve(metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", metrics_port)
 
-    def stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping %d queries", signum, len(queries))
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: stopping.append(signum))
+    while not stopping:
         for query in queries:
-            query.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while any(q.isActive for q in queries):
-        spark.streams.awaitAnyTermination(5)
-        spark.streams.resetTerminated()
-        for query in queries:
-            if not query.isActive and query.exception() is not None:
-                log.error("query=%s failed: %s", query.name, query.exception())
+            if not query.isActive:
+                log.error("query=%s stopped: %s", query.name, query.exception())
                 for other in queries:
                     other.stop()
                 ctx.exit(1)
+        time.sleep(0.5)
+    log.info("signal %d: stopping %d queries between batches", stopping[0], len(queries))
+    for query in queries:
+        stop_between_batches(query)
+    ctx.exit(0)
+
+
+def stop_between_batches(query: Any, timeout_s: float = 120) -> None:
+    """Stop a query when no batch is running; a batch cut short would only be replayed, but is noisy."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and query.status.get("isTriggerActive"):
+        time.sleep(0.1)
+    query.stop()

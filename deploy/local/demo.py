@@ -1,4 +1,4 @@
-"""`make demo`: load the sample databases, capture them, and say where to look.
+"""`make demo`: load the sample databases, capture them, sync them into every store, and say where to look.
 
 Runs with the project's virtualenv after `make up`. Idempotent: the sample SQL
 only adds what is missing and `connectors apply` of an unchanged config is a
@@ -7,6 +7,7 @@ no-op, so running it twice is safe.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -84,6 +85,14 @@ def main() -> int:
     print("\n==> captured: source rows -> records in each compacted topic")
     for topic, n in topics.items():
         print(f"  {topic:<42} {n:>6} rows -> {sizes[topic]:>6} records")
+    cdcsync = [sys.executable, "-m", "cdcsync", "--config", "cdcsync.yaml"]
+    print("\n==> following into Elasticsearch, Redis and Delta Lake (cdcsync run --once)")
+    if subprocess.run([*cdcsync, "run", "--once"], stderr=subprocess.DEVNULL).returncode:
+        print("error: cdcsync run --once failed; run it by hand to see why", file=sys.stderr)
+        return 1
+    print("\n==> comparing every store with the source (cdcsync verify)")
+    if subprocess.run([*cdcsync, "verify"]).returncode:
+        return 1
     print(f"""
 Where to look:
   cdcsync connectors status            connector and task state

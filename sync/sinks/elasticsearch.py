@@ -40,7 +40,6 @@ from contextlib import suppress
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
 
 from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TlsError
@@ -48,7 +47,7 @@ from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.sink import Row, WriteResult
+from cdcsync.sync.sink import Row, WriteResult, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +77,6 @@ RETRYABLE_STATUS = {429, 502, 503, 504}
 RETRYABLE_TYPES = {"es_rejected_execution_exception", "circuit_breaking_exception", "cluster_block_exception"}
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
-
-
 class ElasticsearchSink:
     """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
 
@@ -94,7 +84,7 @@ class ElasticsearchSink:
         self, name: str, url: str, index_prefix: str = "", *, index_settings: Mapping[str, Any] | None = None
     ) -> None:
         self.name = name
-        self.url = redact(url)
+        self.url = redact_url(url)
         self.index_prefix = index_prefix
         self.index_settings = dict(index_settings or {})
         # The client retries a timed-out bulk itself: safe, every action is idempotent.

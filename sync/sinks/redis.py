@@ -51,7 +51,6 @@ from collections.abc import Sequence
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.exceptions import (
@@ -67,7 +66,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.sink import Row, WriteResult
+from cdcsync.sync.sink import Row, WriteResult, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -107,21 +106,12 @@ return 1
 APPLY_SHA = hashlib.sha1(APPLY.encode()).hexdigest()
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
-
-
 class RedisSink:
     """Applies rows to ``<prefix>:<target>:<doc_id>`` hashes; see the module docstring."""
 
     def __init__(self, name: str, url: str, prefix: str = "cdc") -> None:
         self.name = name
-        self.url = redact(url)
+        self.url = redact_url(url)
         self.prefix = prefix
         self._client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30, socket_connect_timeout=10)
 

@@ -1,0 +1,288 @@
+"""``make bench``: follower throughput against the same sink's raw ceiling, measured in one run.
+
+For each sink (Elasticsearch, Redis, Delta):
+
+- **catch-up**: the log already holds N changes; a fresh follower applies them
+  all (Kafka -> Spark -> parse, version, map -> sink). changes/s = N / time.
+- **live**: the follower runs as the daemon does (1 s trigger) while M updates
+  are committed to Postgres; changes/s = M / (last change visible - first commit).
+- **raw ceiling**: the same documents written straight with the client library
+  (Elasticsearch bulk, a Redis pipeline of HSETs, one Delta append), no
+  versions, no Kafka, no Spark batches.
+
+The ratios compare each path with the ceiling. Not a pass/fail test.
+Usage: python -m bench [--rows N] [--sinks search,cache,warehouse] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "deploy/local"))
+import stack  # noqa: E402
+
+ENV = stack.ENV
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=50000, help="changes in the catch-up phase")
+    parser.add_argument("--sinks", default="search,cache,warehouse")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    args = parser.parse_args(argv)
+
+    import psycopg
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cdcsync.config import Config
+    from cdcsync.connectors.apply import apply
+    from cdcsync.spark import spark_session
+    from cdcsync.sync.stream import build_follower, start_query
+
+    tag = f"bench{uuid.uuid4().hex[:6]}"
+    table = f"bench_{tag}"
+    tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-"))
+    wanted = args.sinks.split(",")
+    followers = [
+        f
+        for f in [
+            {
+                "name": "search",
+                "kind": "elasticsearch",
+                "url": f"http://127.0.0.1:{ENV['ES_PORT']}",
+                "prefix": f"{tag}-",
+            },
+            {"name": "cache", "kind": "redis", "url": f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0", "prefix": tag},
+            {"name": "warehouse", "kind": "delta", "path": str(tmp / "warehouse")},
+        ]
+        if f["name"] in wanted
+    ]
+    for f in followers:
+        f.update(
+            dead_letter_topic=f"dlq.{tag}.{f['name']}",
+            checkpoint_dir=str(tmp / f"ckpt-{f['name']}"),
+            max_offsets_per_trigger=200000,
+            trigger_interval_s=1.0,
+        )
+    config = Config.model_validate(
+        {
+            "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
+            "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
+            "sources": [
+                {
+                    "name": tag,
+                    "kind": "postgres",
+                    "port": int(ENV["PG_PORT"]),
+                    "database": ENV["PG_DATABASE"],
+                    "user": ENV["PG_USER"],
+                    "password": ENV["PG_PASSWORD"],
+                    "tables": [f"public.{table}"],
+                    "heartbeat_interval_ms": 1000,
+                }
+            ],
+            "followers": followers,
+            "state_dir": str(tmp),
+        }
+    )
+    source = config.sources[0]
+    topic = source.topic(source.tables[0])
+    pg = psycopg.connect(
+        host="127.0.0.1",
+        port=int(ENV["PG_PORT"]),
+        dbname=ENV["PG_DATABASE"],
+        user=ENV["PG_USER"],
+        password=ENV["PG_PASSWORD"],
+        autocommit=True,
+    )
+    pg.execute(
+        f"CREATE TABLE {table} (id int PRIMARY KEY, name text, qty int, price numeric(10,2), "
+        "updated_at timestamptz DEFAULT now())"
+    )
+    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap_servers, "group.id": tag})
+
+    def topic_end() -> int:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+
+    results: dict[str, Any] = {"rows": args.rows}
+    try:
+        apply(config)
+        say(f"capture: writing {args.rows} rows to Postgres in transactions of 1000 ...")
+        started = time.perf_counter()
+        for low in range(1, args.rows + 1, 1000):
+            high = min(low + 999, args.rows)
+            pg.execute(
+                f"INSERT INTO {table} (id, name, qty, price) SELECT g, 'name ' || g, g % 100, g % 1000 / 7.0 "
+                f"FROM generate_series({low}, {high}) g"
+            )
+        while topic_end() < args.rows:
+            time.sleep(0.2)
+        capture_s = time.perf_counter() - started
+        results["capture_changes_per_s"] = round(args.rows / capture_s)
+        say(f"capture: {args.rows} changes in Kafka after {capture_s:.1f}s ({args.rows / capture_s:,.0f}/s)")
+
+        spark = spark_session("cdcsync-bench")
+        for cfg in config.followers:
+            say(f"[{cfg.name}] catch-up from offset 0 ...")
+            follower = build_follower(config, cfg, spark)
+            started = time.perf_counter()
+            start_query(spark, config, cfg, follower, once=True).awaitTermination()
+            catch_s = time.perf_counter() - started
+            rows = list(_mapped_rows(config, follower, topic))
+            started = time.perf_counter()
+            _raw_write(cfg.kind, rows, follower, tmp, spark, tag)
+            raw_s = time.perf_counter() - started
+            live = _live(pg, table, spark, config, cfg, follower, min(args.rows, 20000))
+            entry = {
+                "catch_up_changes_per_s": round(args.rows / catch_s),
+                "live_changes_per_s": round(live),
+                "raw_ceiling_docs_per_s": round(len(rows) / raw_s),
+            }
+            entry["catch_up_ratio"] = round(entry["catch_up_changes_per_s"] / entry["raw_ceiling_docs_per_s"], 2)
+            entry["live_ratio"] = round(entry["live_changes_per_s"] / entry["raw_ceiling_docs_per_s"], 2)
+            results[cfg.name] = entry
+            say(
+                f"[{cfg.name}] catch-up {entry['catch_up_changes_per_s']:,}/s  live {entry['live_changes_per_s']:,}/s  "
+                f"raw {entry['raw_ceiling_docs_per_s']:,}/s  ratios {entry['catch_up_ratio']} / {entry['live_ratio']}"
+            )
+        spark.stop()
+    finally:
+        _cleanup(config, tag, table, pg)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(f"\n{'sink':<10} {'catch-up/s':>11} {'live/s':>9} {'raw/s':>9} {'catch-up ratio':>15} {'live ratio':>11}")
+        for name in (f.name for f in config.followers):
+            e = results[name]
+            print(
+                f"{name:<10} {e['catch_up_changes_per_s']:>11,} {e['live_changes_per_s']:>9,} "
+                f"{e['raw_ceiling_docs_per_s']:>9,} {e['catch_up_ratio']:>15} {e['live_ratio']:>11}"
+            )
+        print(f"capture (Postgres -> Debezium -> Kafka): {results['capture_changes_per_s']:,} changes/s")
+    return 0
+
+
+def _mapped_rows(config: Any, follower: Any, topic: str) -> Any:
+    """The same documents the follower wrote, read back from the topic and mapped."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cdcsync.events import parse_record
+    from cdcsync.sync.mapping import map_row
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config.kafka.bootstrap_servers,
+            "group.id": f"raw-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    seen = 0
+    while seen < end:
+        for msg in consumer.consume(5000, timeout=1):
+            seen = msg.offset() + 1
+            change = parse_record(topic, 0, msg.offset(), msg.key(), msg.value())
+            if change is not None:
+                yield map_row(change, follower.mappings[topic])
+    consumer.close()
+
+
+def _raw_write(kind: str, rows: list[Any], follower: Any, tmp: Path, spark: Any, tag: str) -> None:
+    docs = [(r.doc_id, follower.sink.stored_form(r.doc)) for r in rows if r.doc is not None]
+    if kind == "elasticsearch":
+        from elasticsearch import Elasticsearch, helpers
+
+        es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
+        index = f"{tag}-raw"
+        es.indices.create(index=index, settings={"number_of_shards": 1, "number_of_replicas": 0})
+        helpers.bulk(es, ({"_index": index, "_id": i, "_source": d} for i, d in docs), chunk_size=1000)
+        es.indices.refresh(index=index)
+    elif kind == "redis":
+        import redis
+
+        r = redis.Redis(port=int(ENV["REDIS_PORT"]))
+        pipe = r.pipeline(transaction=False)
+        for n, (i, d) in enumerate(docs, 1):
+            pipe.hset(f"{tag}raw:{i}", mapping={k: str(v) for k, v in d.items()})
+            if n % 1000 == 0:
+                pipe.execute()
+        pipe.execute()
+    else:
+        spark.createDataFrame([{k: str(v) for k, v in d.items()} | {"_id": i} for i, d in docs]).write.format(
+            "delta"
+        ).save(str(tmp / "raw-delta"))
+
+
+def _live(pg: Any, table: str, spark: Any, config: Any, cfg: Any, follower: Any, changes: int) -> float:
+    """Commit ``changes`` updates while the follower runs; changes/s until the last is visible."""
+    from cdcsync.sync.stream import start_query
+
+    query = start_query(spark, config, cfg, follower, once=False)
+    try:
+        time.sleep(5)  # the query is up and idle
+        marker = f"live-{uuid.uuid4().hex[:6]}"
+        started = time.perf_counter()
+        for low in range(1, changes + 1, 500):
+            pg.execute(f"UPDATE {table} SET name = '{marker}' WHERE id BETWEEN {low} AND {min(low + 499, changes)}")
+        deadline = started + 900
+        target = follower.mappings[next(iter(follower.mappings))].target
+        # Batches apply in log order, so when the last updated row shows the marker, every update does.
+        while time.perf_counter() < deadline:
+            if _shows(cfg, follower, target, str(changes), marker):
+                return changes / (time.perf_counter() - started)
+            time.sleep(0.2)
+        raise RuntimeError(f"{cfg.name}: live changes not visible within 900 s")
+    finally:
+        query.stop()
+
+
+def _shows(cfg: Any, follower: Any, target: str, doc_id: str, marker: str) -> bool:
+    if cfg.kind == "elasticsearch":
+        from elasticsearch import Elasticsearch
+
+        doc = Elasticsearch(cfg.url).get(index=f"{cfg.prefix}{target}", id=doc_id, realtime=True)
+        return bool(doc["_source"].get("name") == marker)
+    if cfg.kind == "redis":
+        import redis
+
+        return bool(redis.Redis.from_url(cfg.url).hget(f"{cfg.prefix}:{target}:{doc_id}", "name") == marker.encode())
+    return doc_id in (held := follower.sink.held(target)) and held[doc_id][1].get("name") == marker
+
+
+def _cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
+    import redis
+    from elasticsearch import Elasticsearch
+
+    from cdcsync.connectors.apply import client_for
+    from cdcsync.connectors.topics import delete_topics, topic_specs
+
+    client_for(config).delete(config.sources[0].name)
+    time.sleep(3)
+    source = config.sources[0]
+    pg.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
+        (source.slot,),
+    )
+    pg.execute(f"DROP PUBLICATION IF EXISTS {source.publication}")
+    pg.execute(f"DROP TABLE IF EXISTS {table}")
+    delete_topics(config, [t.name for t in topic_specs(source)] + [f.dlq_topic for f in config.followers])
+    Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.delete(index=f"{tag}-*", allow_no_indices=True)
+    r = redis.Redis(port=int(ENV["REDIS_PORT"]))
+    for key in r.scan_iter(f"{tag}*", count=5000):
+        r.delete(key)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

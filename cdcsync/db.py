@@ -1,0 +1,30 @@
+"""Connections to a source database from its config: one place for drivers and timeouts."""
+
+from __future__ import annotations
+
+import psycopg
+import pymysql  # type: ignore[import-untyped]
+
+from cdcsync.config import SourceConfig
+
+
+def connect_postgres(source: SourceConfig, timeout_s: int = 10) -> psycopg.Connection:
+    return psycopg.connect(
+        host=source.host,
+        port=source.port,
+        dbname=source.database,
+        user=source.user,
+        password=source.password.get_secret_value(),
+        connect_timeout=timeout_s,
+    )
+
+
+def connect_mariadb(source: SourceConfig, timeout_s: int = 10, database: bool = True) -> pymysql.connections.Connection:
+    return pymysql.connect(
+        host=source.host,
+        port=source.port,
+        user=source.user,
+        database=source.database if database else None,
+        password=source.password.get_secret_value(),
+        connect_timeout=timeout_s,
+    )
