@@ -13,7 +13,8 @@ Layout: ``major << 16 | minor``.
 - ``minor`` is the event's position in its transaction (Debezium's
   ``transaction.total_order``, 1-based; the connectors run with
   ``provide.transaction.metadata=true``), clamped to 65535. It orders several
-  changes of one key inside one transaction.
+  changes of one key inside one transaction. An event without it (written
+  before the metadata was enabled) gets 1.
 - ``major`` orders transactions:
   - Postgres: ``lastCommitLsn >> 5`` from ``source.sequence``. Debezium emits
     whole transactions in commit order and ``lastCommitLsn`` is the commit LSN
@@ -85,11 +86,12 @@ def version_of(envelope: dict[str, Any]) -> int:
     if op == "r":
         return 0
     transaction = envelope.get("transaction")
-    if not isinstance(transaction, dict) or not isinstance(transaction.get("total_order"), int):
-        raise PoisonRecord(
-            "envelope has no transaction.total_order; run the connector with provide.transaction.metadata=true"
-        )
-    minor = min(max(transaction["total_order"], 1), MINOR_MAX)
+    if isinstance(transaction, dict) and isinstance(transaction.get("total_order"), int):
+        minor = min(max(transaction["total_order"], 1), MINOR_MAX)
+    else:
+        # Events written before transaction metadata was enabled (compacted history) still order
+        # correctly across transactions; only changes of one key inside one such transaction tie.
+        minor = 1
     connector = source.get("connector")
     if connector == "postgresql":
         major = _postgres_major(source)

@@ -99,9 +99,12 @@ Where to look:
   curl -s 127.0.0.1:{ENV["CONNECT_PORT"]}/connectors      Kafka Connect REST API
   make status                          every component, its port, pid and memory
   logs                                 {stack.LOGS}/
-  change a row and watch it arrive:
-    psql -h 127.0.0.1 -p {ENV["PG_PORT"]} -U {ENV["PG_USER"]} {ENV["PG_DATABASE"]}   (password {ENV["PG_PASSWORD"]})
-Followers into Elasticsearch, Redis and Delta Lake are not built yet (see the open issues).""")
+  Elasticsearch                        curl -s '127.0.0.1:{ENV["ES_PORT"]}/customers/_search?size=1&pretty'
+  Redis                                redis-cli -p {ENV["REDIS_PORT"]} hgetall cdc:customers:1
+  Delta Lake                           {stack.STATE}/warehouse/warehouse/<table>
+  keep the stores in sync              cdcsync run   (metrics on 127.0.0.1:{ENV["METRICS_PORT"]}/metrics)
+  change a row, then `cdcsync run --once` (or let the daemon apply it) and `cdcsync verify`:
+    psql -h 127.0.0.1 -p {ENV["PG_PORT"]} -U {ENV["PG_USER"]} {ENV["PG_DATABASE"]}   (password {ENV["PG_PASSWORD"]})""")
     return 0
 
 
