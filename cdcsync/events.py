@@ -36,9 +36,10 @@ See docs/versions-of-changes.md for the alternatives and why they fail.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 MINOR_BITS = 16
 MINOR_MAX = (1 << MINOR_BITS) - 1
@@ -73,8 +74,8 @@ class Change:
 
 def _json(raw: bytes | str, what: str) -> Any:
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
+        return orjson.loads(raw)  # several times faster than json on Debezium envelopes
+    except (orjson.JSONDecodeError, UnicodeDecodeError) as err:
         raise PoisonRecord(f"{what} is not JSON: {err}") from None
 
 
@@ -108,9 +109,9 @@ def version_of(envelope: dict[str, Any]) -> int:
 def _postgres_major(source: dict[str, Any]) -> int:
     sequence = source.get("sequence")
     try:
-        pair: Any = json.loads(sequence) if isinstance(sequence, str) else sequence
+        pair: Any = orjson.loads(sequence) if isinstance(sequence, str) else sequence
         last_commit, _lsn = pair
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, orjson.JSONDecodeError):
         raise PoisonRecord(f"source.sequence {sequence!r} is not [lastCommitLsn, lsn]") from None
     if last_commit is None:
         return 0
@@ -184,9 +185,9 @@ def last_per_key(changes: list[Change]) -> list[Change]:
 
     Input order does not matter: Spark does not promise it inside a batch.
     """
-    best: dict[tuple[str, str, str], Change] = {}
+    best: dict[tuple[Any, ...], Change] = {}
     for change in changes:
-        ident = (change.source, change.table, json.dumps(change.key, sort_keys=True))
+        ident = (change.source, change.table, *sorted(change.key.items()))
         held = best.get(ident)
         if held is None or (change.version, change.partition, change.offset) > (
             held.version,

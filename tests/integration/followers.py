@@ -107,7 +107,13 @@ def drop_stores(config: Config, tag: str) -> None:
 
 
 @contextmanager
-def scenario(spark: Any, tmp: Path, tables: dict[str, list[str]], ddl: dict[str, list[str]]) -> Iterator[Scenario]:
+def scenario(
+    spark: Any,
+    tmp: Path,
+    tables: dict[str, list[str]],
+    ddl: dict[str, list[str]],
+    mappings: dict[str, Any] | None = None,
+) -> Iterator[Scenario]:
     """``tables``/``ddl`` by kind ("postgres", "mariadb"); tables are namespace-qualified."""
     tag = f"t{uid()}"
     tables = {
@@ -124,7 +130,7 @@ def scenario(spark: Any, tmp: Path, tables: dict[str, list[str]], ddl: dict[str,
             "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
             "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
             "sources": sources,
-            "followers": follower_dicts(tag, tmp),
+            "followers": [{**f, "mappings": mappings or {}} for f in follower_dicts(tag, tmp)],
             "state_dir": str(tmp),
         }
     )

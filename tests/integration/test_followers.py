@@ -189,3 +189,35 @@ def test_random_workload_of_10k_changes_converges_in_all_sinks(spark: Any, tmp_p
         assert not errors, errors
         sc.run_once()
         sc.assert_converged()
+
+
+def test_composite_keys_and_table_mappings_reach_every_sink(spark: Any, tmp_path: Path) -> None:
+    t = f"lines_{uid()}"
+    ddl = {
+        "mariadb": [
+            f"CREATE TABLE {t} (order_id INT, line VARCHAR(20), sku VARCHAR(20), price DECIMAL(12,4), "
+            "shipped_on DATE, attrs JSON, secret VARCHAR(20), PRIMARY KEY (order_id, line))"
+        ]
+    }
+    mapping = {
+        f"inventory.{t}": {
+            "target": f"{t}_view",
+            "include": ["order_id", "line", "sku", "price", "shipped_on", "attrs"],
+            "rename": {"sku": "product"},
+        }
+    }
+    with scenario(spark, tmp_path, {"mariadb": [f"inventory.{t}"]}, ddl, mappings=mapping) as sc:
+        execute(
+            "mariadb",
+            f"INSERT INTO {t} VALUES (1, 'a|b', 'S1', 12.5000, '2024-02-29', '{{\"k\": [1]}}', 'x'),"
+            f" (1, 'c', 'S2', 0.0001, NULL, NULL, 'y'), (2, 'a|b', 'S3', 99999999.9999, '2000-01-01', '[]', 'z')",
+        )
+        execute("mariadb", f"UPDATE {t} SET price = 13.2500 WHERE order_id = 1 AND line = 'a|b'")
+        execute("mariadb", f"DELETE FROM {t} WHERE order_id = 2")
+        sc.run_once()
+        sc.assert_converged()
+        for follower in TARGETS:
+            held = sc.held(follower, f"{t}_view")
+            assert set(held) == {"1|a\\|b", "1|c"}, follower
+            doc = held["1|a\\|b"][1]
+            assert "secret" not in doc and "sku" not in doc and doc["product"] == "S1", (follower, doc)

@@ -118,7 +118,7 @@ def envelope(**overrides: object) -> dict:
         (None, b"{}", "record has no key"),
         (b"[1]", b"{}", "is not an object of primary-key columns"),
         (b'{"id":1}', json.dumps(envelope(op="x")).encode(), "op 'x' is not one of"),
-            (b'{"id":1}', json.dumps(envelope(after=None)).encode(), "has no after-image"),
+        (b'{"id":1}', json.dumps(envelope(after=None)).encode(), "has no after-image"),
         (b'{"id":1}', json.dumps(envelope(source={"connector": "oracle"})).encode(), "is not postgresql, mariadb"),
     ],
 )
