@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cdcsync.errors import FatalError, RetryableError
+from cdcsync.errors import FatalError
 from cdcsync.events import Change
 from cdcsync.sync.mapping import TableMapping, fingerprint
 from cdcsync.sync.sink import Row
@@ -220,17 +220,3 @@ def test_reopen_adds_new_columns_and_refuses_a_changed_type(spark: Any, tmp_path
     changed = TableMapping(table="public.items", target="items", types={"n": "text"})
     with pytest.raises(FatalError, match="column n is bigint, the mapping wants string"):
         make_sink(spark, tmp_path, changed)
-
-
-def test_commit_conflicts_are_retryable_other_failures_fatal() -> None:
-    from cdcsync.sync.sinks.delta import _spark_errors
-
-    # The text of the Py4JJavaError a real concurrent MERGE raised on this stack (Delta 4.0).
-    conflict = (
-        "An error occurred while calling o263.execute.\n: io.delta.exceptions.ConcurrentAppendException: "
-        "[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added to the root of the table"
-    )
-    with pytest.raises(RetryableError, match="Delta commit conflict"), _spark_errors("merging"):
-        raise RuntimeError(conflict)
-    with pytest.raises(FatalError, match="merging failed"), _spark_errors("merging"):
-        raise RuntimeError("java.io.IOException: No space left on device")
