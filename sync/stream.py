@@ -11,6 +11,7 @@ hence ``failOnDataLoss=false``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,19 @@ def checkpoint_dir(config: Config, follower: FollowerConfig) -> Path:
     return (
         Path(follower.checkpoint_dir) if follower.checkpoint_dir else base_dir(config) / "checkpoints" / follower.name
     )
+
+
+def start_file(base: Path, follower: str) -> Path:
+    """Where ``cdcsync bootstrap`` records the offsets a new follower starts streaming from."""
+    return base / "bootstrap" / f"{follower}.json"
+
+
+def starting_offsets(config: Config, cfg: FollowerConfig) -> str:
+    """Spark's ``startingOffsets`` for a query: only read when its checkpoint is new."""
+    path = start_file(base_dir(config), cfg.name)
+    if path.exists():
+        return json.dumps(json.loads(path.read_text())["offsets"])
+    return "earliest"
 
 
 def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Sink:
@@ -96,7 +110,7 @@ def start_query(
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
         .option("subscribe", ",".join(sorted(follower.mappings)))
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", starting_offsets(config, cfg))
         .option("failOnDataLoss", "false")
         .option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
         .load()

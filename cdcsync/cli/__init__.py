@@ -20,6 +20,7 @@ from cdcsync.errors import CdcsyncError, ConfigError
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "connectors": ("cdcsync.cli.connectors", "connectors", "Register Debezium connectors and show their state."),
     "run": ("cdcsync.cli.run", "run", "Run the followers: the daemon (or --once)."),
+    "bootstrap": ("cdcsync.cli.bootstrap", "bootstrap", "Build a new follower's store, aligned with exact offsets."),
     "verify": ("cdcsync.cli.verify", "verify", "Compare each derived store with its source, row by row."),
 }
 

@@ -32,3 +32,17 @@ def test_missing_config_file_exits_2_with_the_path(tmp_path: Path) -> None:
 
 def test_unknown_command_is_a_usage_error() -> None:
     assert cdcsync("frobnicate").returncode == 2
+
+
+def test_bootstrap_from_source_is_refused_as_not_built_yet() -> None:
+    done = cdcsync("bootstrap", "search", "--from", "source")
+    assert done.returncode == 2
+    assert "--from source is not built yet" in done.stderr
+
+
+def test_bootstrap_progress_line_shows_rows_rate_and_eta(capsys) -> None:  # type: ignore[no-untyped-def]
+    from cdcsync.snapshot.bootstrap import progress_bar
+
+    progress_bar(2500, 10000, 2.0)
+    line = capsys.readouterr().err
+    assert "2,500/10,000 records" in line and "1,250/s" in line and "ETA 6s" in line
