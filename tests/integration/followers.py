@@ -57,6 +57,7 @@ class Scenario:
         self.config, self.spark, self.tag = config, spark, tag
         self.followers: dict[str, Any] = {}
         self.ticks = 0
+        self.raw: dict[str, Any] = {}  # the config as written in YAML, secrets included
 
     def caught_up(self) -> None:
         """Commit a tick in each source and wait until capture emitted it: all committed before is in Kafka."""
@@ -125,19 +126,20 @@ def scenario(
     sources = [
         source_dict(kind, f"{tag}_{'pg' if kind == 'postgres' else 'ma'}", names) for kind, names in tables.items()
     ]
-    config = Config.model_validate(
-        {
-            "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
-            "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
-            "sources": sources,
-            "followers": [{**f, "mappings": mappings or {}} for f in follower_dicts(tag, tmp)],
-            "state_dir": str(tmp),
-        }
-    )
+    raw = {
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
+        "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
+        "sources": sources,
+        "followers": [{**f, "mappings": mappings or {}} for f in follower_dicts(tag, tmp)],
+        "state_dir": str(tmp),
+    }
+    config = Config.model_validate(raw)
     try:
         apply(config)
         wait_streaming(config)
-        yield Scenario(config, spark, tag)
+        sc = Scenario(config, spark, tag)
+        sc.raw = raw
+        yield sc
     finally:
         drop_capture(config)
         drop_stores(config, tag)

@@ -88,3 +88,33 @@ def test_bootstrap_under_writes_then_stream_from_the_recorded_offsets(spark: Any
         assert not errors, errors
         sc.run_once()
         sc.assert_converged()
+
+
+def test_bootstrap_command_json_summary_and_a_rerun_before_streaming(spark: Any, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    t = f"bootcli_{uid()}"
+    ddl = {"mariadb": [f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL)"]}
+    with scenario(spark, tmp_path, {"mariadb": [f"inventory.{t}"]}, ddl) as sc:
+        execute("mariadb", *(f"INSERT INTO {t} VALUES ({i}, {i})" for i in range(1, 501)))
+        sc.caught_up()
+        config_path = tmp_path / "cdcsync.yaml"
+        config_path.write_text(yaml.safe_dump(sc.raw))
+        command = [sys.executable, "-m", "cdcsync", "--config", str(config_path), "bootstrap", "cache", "--json"]
+        first = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr
+        summary = json.loads(first.stdout)
+        assert summary["applied"] == 500 + 1 and summary["dead_lettered"] == 0  # 500 rows and one tick
+        assert "records" in first.stderr and "ETA" in first.stderr  # progress on stderr
+        # A bootstrap that was interrupted before streaming began is simply run again.
+        execute("mariadb", f"UPDATE {t} SET v = 0 WHERE id <= 10")
+        sc.caught_up()
+        again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        rerun = json.loads(again.stdout)
+        assert rerun["applied"] == 10 + 1 and rerun["older"] > 0  # only what changed since; the rest is held
+        sc.run_once("cache")
+        assert not [r.as_dict() for r in sc.verify() if r.follower == "cache" and not r.clean]
