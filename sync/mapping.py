@@ -135,6 +135,19 @@ def canonical_doc(row: Mapping[str, Any], mapping: TableMapping) -> dict[str, An
     return doc
 
 
+def scalar_text(value: Any) -> str | None:
+    """The exact text a sink stores for a decimal, temporal or binary value; None for any other value."""
+    if isinstance(value, Decimal):
+        return format(value, "f")  # exact digits, trailing zeros kept, never an exponent
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+    if isinstance(value, date | time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    return None
+
+
 def fingerprint(doc: Mapping[str, Any]) -> str:
     """A stable text form of a canonical document, for hashing and comparing across stores."""
     return json.dumps(doc, sort_keys=True, default=_plain, separators=(",", ":"))

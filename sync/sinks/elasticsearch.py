@@ -31,14 +31,11 @@ Guarantees (``cdcsync.sync.sink``):
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from datetime import UTC, date, datetime, time
-from decimal import Decimal
 from typing import Any, cast
 
 from elastic_transport import ConnectionError as TransportConnectionError
@@ -46,7 +43,7 @@ from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 
 log = logging.getLogger(__name__)
@@ -288,14 +285,9 @@ def _reason(error: dict[str, Any]) -> str:
 
 
 def _json_safe(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return format(value, "f")  # exact digits, trailing zeros kept, never an exponent
-    if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
-    if isinstance(value, date | time):
-        return value.isoformat()
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
+    text = scalar_text(value)
+    if text is not None:
+        return text
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -43,13 +43,10 @@ that string.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from datetime import UTC, date, datetime, time
-from decimal import Decimal
 from typing import Any
 
 import redis
@@ -65,7 +62,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 
 log = logging.getLogger(__name__)
@@ -256,14 +253,9 @@ def _glob_escape(text: str) -> str:
 def _text(value: Any) -> str:
     if isinstance(value, bool):  # before int: bool is an int
         return "true" if value else "false"
-    if isinstance(value, Decimal):
-        return format(value, "f")  # exact digits, trailing zeros kept, never an exponent
-    if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
-    if isinstance(value, date | time):
-        return value.isoformat()
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
+    text = scalar_text(value)
+    if text is not None:
+        return text
     if isinstance(value, dict | list | tuple):
         return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_text)  # _text: arrays of decimals
     return str(value)
