@@ -32,7 +32,6 @@ Guarantees (``cdcsync.sync.sink``):
 from __future__ import annotations
 
 import json
-import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
@@ -46,7 +45,6 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 
-log = logging.getLogger(__name__)
 
 VERSION_FIELD = "cdcsync_version"
 DELETED_FIELD = "cdcsync_deleted"
@@ -160,13 +158,7 @@ class ElasticsearchSink:
             size += len(action) + len(source)
         if chunk:
             result = result.merge(self._bulk(chunk))
-        log.debug(
-            "follower=%s batch=%s rows=%d applied=%d stale=%d rejected=%d",
-            self.name, batch_id, len(rows), result.applied, result.stale, len(result.rejected),
-        )  # fmt: skip
-        if result.rejected:
-            log.warning("follower=%s batch=%s rejected=%d", self.name, batch_id, len(result.rejected))
-        return result
+        return result  # the follower logs the batch's counts
 
     def _encode(self, row: Row) -> tuple[bytes, bytes]:
         ident = {"_index": self.alias(row.target), "_id": row.doc_id}

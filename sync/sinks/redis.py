@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,7 +64,6 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 
-log = logging.getLogger(__name__)
 
 VERSION_FIELD = "_v"
 CHUNK = 1000  # commands per pipeline round trip: bounds client and server buffers on huge batches
@@ -138,13 +136,7 @@ class RedisSink:
                 result.rejected.append((row, str(err)))
         for start in range(0, len(pending), CHUNK):
             result = result.merge(self._apply(pending[start : start + CHUNK]))
-        log.debug(
-            "follower=%s batch=%s rows=%d applied=%d stale=%d rejected=%d",
-            self.name, batch_id, len(rows), result.applied, result.stale, len(result.rejected),
-        )  # fmt: skip
-        if result.rejected:
-            log.warning("follower=%s batch=%s rejected=%d", self.name, batch_id, len(result.rejected))
-        return result
+        return result  # the follower logs the batch's counts
 
     def _script_args(self, row: Row) -> list[str]:
         if row.version < 0:  # the script compares canonical non-negative decimal strings
