@@ -45,7 +45,6 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 
-
 VERSION_FIELD = "cdcsync_version"
 DELETED_FIELD = "cdcsync_deleted"
 FIRST_GENERATION = "000001"
