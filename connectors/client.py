@@ -78,6 +78,10 @@ class ConnectClient:
     def status(self, name: str) -> dict[str, Any] | None:
         return self._call("GET", f"/connectors/{quote(name)}/status", ok_404=True)
 
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """The connector's committed source offsets (KIP-875): ``[{"partition": {...}, "offset": {...}}]``."""
+        return list((self._call("GET", f"/connectors/{quote(name)}/offsets") or {}).get("offsets", []))
+
     def restart(self, name: str) -> None:
         self._call("POST", f"/connectors/{quote(name)}/restart?includeTasks=true&onlyFailed=true")
 

@@ -128,12 +128,22 @@ def bootstrap_from_topics(
     finally:
         consumer.close()
     summary.seconds = round(time.monotonic() - started, 2)
-    path = start_file(base, cfg.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"follower": cfg.name, "offsets": summary.offsets, "recorded_at": time.time()}))
-    os.replace(tmp, path)  # atomic: a half-done bootstrap records nothing
+    record_start(base, cfg.name, summary.offsets, origin="topics")
     return summary
+
+
+def record_start(base: Path, follower: str, offsets: dict[str, dict[str, int]], origin: str) -> None:
+    """Record where the follower starts streaming, atomically: a half-done bootstrap records nothing.
+
+    Topics bootstrapped earlier (``--table``) keep their recorded offsets.
+    """
+    path = start_file(base, follower)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    merged = json.loads(path.read_text())["offsets"] if path.exists() else {}  # --table: keep the other tables'
+    merged.update(offsets)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"follower": follower, "offsets": merged, "from": origin, "recorded_at": time.time()}))
+    os.replace(tmp, path)
 
 
 def progress_bar(done: int, total: int, elapsed: float) -> None:

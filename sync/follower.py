@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import orjson
 from confluent_kafka import Producer
 
 from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.events import PoisonRecord, last_per_key, parse_record
+from cdcsync.events import Change, PoisonRecord, last_per_key, parse_record
 from cdcsync.sync.mapping import TableMapping, map_row
 from cdcsync.sync.sink import Row, Sink
 
@@ -55,6 +56,12 @@ class BatchCounts:
 
     def adds_up(self) -> bool:
         return self.consumed == self.applied + self.older + self.tombstones + self.dead_lettered
+
+
+def snapshot_record(change: Change, doc: Any = None) -> Record:
+    """A row read from the source, as the record a dead letter carries (no Kafka coordinates)."""
+    value = orjson.dumps({"after": doc}, default=str) if doc is not None else None
+    return Record(change.topic, -1, -1, orjson.dumps(change.key, default=str), value)
 
 
 class DeadLetters:
@@ -123,13 +130,36 @@ class Follower:
                 self.dead_letters.send(record, "parse", str(err))
         latest = self._last_per_key(rows)
         counts.older += len(rows) - len(latest)
+        return self._apply(batch_id, counts, latest, lambda c: origin[(c.topic, c.partition, c.offset)], started)
+
+    def apply_rows(self, batch_id: int, rows: list[Row], failed: Sequence[tuple[Record, str]] = ()) -> BatchCounts:
+        """Write rows read from the source itself (``bootstrap --from source``), one per key.
+
+        ``failed`` are source rows that could not be mapped: they go to the dead
+        letters like poison records, with ``-1`` as partition and offset.
+        """
+        started = time.monotonic()
+        counts = BatchCounts(consumed=len(rows) + len(failed))
+        for record, reason in failed:
+            counts.dead_lettered += 1
+            self.dead_letters.send(record, "snapshot", reason)
+        docs = {id(r.change): r.doc for r in rows}
+        return self._apply(batch_id, counts, rows, lambda c: snapshot_record(c, docs.get(id(c))), started)
+
+    def _apply(
+        self,
+        batch_id: int,
+        counts: BatchCounts,
+        latest: list[Row],
+        record_of: Callable[[Change], Record],
+        started: float,
+    ) -> BatchCounts:
         result = self._write(batch_id, latest)
         counts.applied += result.applied
         counts.older += result.stale
         for row, reason in result.rejected:
             counts.dead_lettered += 1
-            c = row.change
-            self.dead_letters.send(origin[(c.topic, c.partition, c.offset)], "sink", reason)
+            self.dead_letters.send(record_of(row.change), "sink", reason)
         self.dead_letters.flush()
         elapsed = time.monotonic() - started
         metrics.record_batch(self.name, latest, result, counts.dead_lettered, elapsed)

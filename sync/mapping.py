@@ -101,7 +101,7 @@ def canonical_value(value: Any, kind: str | None) -> Any:
         return value.replace(tzinfo=None)
     if kind == "json" and isinstance(value, str):
         return json.loads(value)
-    if kind == "bytes" and isinstance(value, memoryview):
+    if kind == "bytes" and isinstance(value, memoryview | bytearray):
         return bytes(value)
     if kind == "bool":
         return bool(value)

@@ -44,12 +44,22 @@ def start_file(base: Path, follower: str) -> Path:
     return base / "bootstrap" / f"{follower}.json"
 
 
-def starting_offsets(config: Config, cfg: FollowerConfig) -> str:
-    """Spark's ``startingOffsets`` for a query: only read when its checkpoint is new."""
+def starting_offsets(config: Config, cfg: FollowerConfig, topics: list[str]) -> str:
+    """Spark's ``startingOffsets`` for a query: only read when its checkpoint is new.
+
+    Spark wants every partition named once offsets are given: a topic the
+    bootstrap did not cover (``--table``) starts from its beginning (-2).
+    """
     path = start_file(base_dir(config), cfg.name)
-    if path.exists():
-        return json.dumps(json.loads(path.read_text())["offsets"])
-    return "earliest"
+    if not path.exists():
+        return "earliest"
+    recorded = json.loads(path.read_text())["offsets"]
+    metadata = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers}).list_topics(timeout=30).topics
+    offsets: dict[str, dict[str, int]] = {}
+    for topic in topics:
+        partitions = metadata[topic].partitions if topic in metadata else {0: None}
+        offsets[topic] = {str(p): int(recorded.get(topic, {}).get(str(p), -2)) for p in partitions}
+    return json.dumps(offsets)
 
 
 def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Sink:
@@ -110,7 +120,7 @@ def start_query(
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
         .option("subscribe", ",".join(sorted(follower.mappings)))
-        .option("startingOffsets", starting_offsets(config, cfg))
+        .option("startingOffsets", starting_offsets(config, cfg, sorted(follower.mappings)))
         .option("failOnDataLoss", "false")
         .option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
         .load()

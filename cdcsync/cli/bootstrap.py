@@ -17,33 +17,56 @@ from cdcsync.cli import load
     type=click.Choice(["topics", "source"]),
     default="topics",
     show_default=True,
-    help="Snapshot from the compacted topics, or from a consistent read of the source.",
+    help="Snapshot from the compacted topics, or from a consistent read of the source database.",
+)
+@click.option("--table", "tables", multiple=True, help="Only this table (namespace.table); repeatable.")
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 256),
+    default=2,
+    show_default=True,
+    help="--from source: parallel JDBC reads per table.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout (progress stays on stderr).")
 @click.pass_context
-def bootstrap(ctx: click.Context, follower: str, origin: str, as_json: bool) -> None:
-    """Fill FOLLOWER's store up to the current end of its topics, then record that position.
+def bootstrap(
+    ctx: click.Context, follower: str, origin: str, tables: tuple[str, ...], partitions: int, as_json: bool
+) -> None:
+    """Fill FOLLOWER's store from a snapshot, then record the log position it is aligned with.
 
-    `cdcsync run` then streams the follower from exactly there. Safe to re-run
-    after a crash. Exit 0 done, 1 failed, 2 usage or config error.
+    `cdcsync run` then streams the follower from exactly there: no gap, no
+    double apply. Safe to re-run after a crash. Exit 0 done, 1 failed, 2 usage
+    or config error.
     """
     from cdcsync.snapshot.bootstrap import as_json as summary_json
     from cdcsync.snapshot.bootstrap import bootstrap_from_topics, progress_bar
     from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
 
-    if origin == "source":
-        raise click.UsageError(
-            "--from source is not built yet; use --from topics (the compacted topics hold the state)"
-        )
     config = load(ctx)
     cfg = config.follower(follower)
     spark = None
-    if cfg.kind == "delta":
+    if cfg.kind == "delta" or origin == "source":
         from cdcsync.spark import spark_session
 
         spark = spark_session(f"cdcsync-bootstrap-{cfg.name}")
     built = build_follower(config, cfg, spark)
-    summary = bootstrap_from_topics(config, cfg, built, checkpoint_dir(config, cfg), base_dir(config), progress_bar)
+    if tables:
+        wanted = {t.lower() for t in tables}
+        known = {m.table.lower() for m in built.mappings.values()}
+        if not wanted <= known:
+            raise click.UsageError(
+                f"follower {cfg.name} does not follow {sorted(wanted - known)}; it follows {sorted(known)}"
+            )
+        built.mappings = {topic: m for topic, m in built.mappings.items() if m.table.lower() in wanted}
+    if origin == "source":
+        from cdcsync.snapshot.source import bootstrap_from_source
+
+        assert spark is not None
+        summary = bootstrap_from_source(
+            config, cfg, built, spark, checkpoint_dir(config, cfg), base_dir(config), partitions, progress_bar
+        )
+    else:
+        summary = bootstrap_from_topics(config, cfg, built, checkpoint_dir(config, cfg), base_dir(config), progress_bar)
     if as_json:
         click.echo(json.dumps(summary_json(summary), indent=2))
     else:

@@ -114,8 +114,12 @@ def scenario(
     tables: dict[str, list[str]],
     ddl: dict[str, list[str]],
     mappings: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
 ) -> Iterator[Scenario]:
-    """``tables``/``ddl`` by kind ("postgres", "mariadb"); tables are namespace-qualified."""
+    """``tables``/``ddl`` by kind ("postgres", "mariadb"); tables are namespace-qualified.
+
+    ``source_options`` go into every source's config (e.g. ``snapshot_mode``).
+    """
     tag = f"t{uid()}"
     tables = {
         kind: [*names, f"{'public' if kind == 'postgres' else 'inventory'}.tick_{tag}_{kind[:2]}"]
@@ -124,7 +128,8 @@ def scenario(
     for kind, statements in ddl.items():
         execute(kind, *statements, f"CREATE TABLE tick_{tag}_{kind[:2]} (id INT PRIMARY KEY)")
     sources = [
-        source_dict(kind, f"{tag}_{'pg' if kind == 'postgres' else 'ma'}", names) for kind, names in tables.items()
+        source_dict(kind, f"{tag}_{'pg' if kind == 'postgres' else 'ma'}", names, **(source_options or {}))
+        for kind, names in tables.items()
     ]
     raw = {
         "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},

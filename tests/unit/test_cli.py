@@ -34,10 +34,10 @@ def test_unknown_command_is_a_usage_error() -> None:
     assert cdcsync("frobnicate").returncode == 2
 
 
-def test_bootstrap_from_source_is_refused_as_not_built_yet() -> None:
-    done = cdcsync("bootstrap", "search", "--from", "source")
-    assert done.returncode == 2
-    assert "--from source is not built yet" in done.stderr
+def test_bootstrap_help_names_both_origins_and_the_partitions() -> None:
+    done = cdcsync("bootstrap", "--help")
+    assert done.returncode == 0
+    assert "[topics|source]" in done.stdout and "--partitions" in done.stdout and "--table" in done.stdout
 
 
 def test_bootstrap_progress_line_shows_rows_rate_and_eta(capsys) -> None:  # type: ignore[no-untyped-def]

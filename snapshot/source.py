@@ -1,0 +1,335 @@
+"""``cdcsync bootstrap --from source``: a consistent read of the source database, aligned with the log.
+
+For when the compacted topics do not hold the full state (a connector created
+with ``snapshot.mode=no_data``, topics recreated, retention cut). Per source,
+in this order (docs/bootstrap.md gives the reasoning):
+
+1. capture the end offsets E1 of the source's followed topics. Everything
+   before E1 was emitted before the read began, so the read reflects it;
+2. open the read (``snapshot.positions``): an exported Postgres snapshot, or
+   per-chunk MariaDB consistent snapshots that report their binlog position;
+3. Postgres: wait until the connector has passed the snapshot, capture E2,
+   and read the log window [E1, E2): each change is reflected or not by its
+   transaction id, and snapshot rows take the highest reflected version;
+4. read every table through Spark JDBC in parallel chunks (``--partitions``)
+   and write the rows through the follower's sink with those versions;
+5. MariaDB: wait until the connector has passed the furthest chunk, capture E2;
+6. apply the window [E1, E2): unreflected changes win over the snapshot rows
+   by version; reflected ones are dropped (Postgres, by transaction id) or are
+   no-ops against the rows' versions (MariaDB);
+7. record E2 as the follower's start position. ``cdcsync run`` streams on from
+   there: no gap, no double apply.
+
+The source keeps taking writes throughout; nothing is locked.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from confluent_kafka import Consumer, TopicPartition
+
+from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
+from cdcsync.connectors.client import ConnectClient
+from cdcsync.errors import FatalError
+from cdcsync.events import Change, PoisonRecord, parse_record
+from cdcsync.snapshot.bootstrap import CHUNK, Summary, end_offsets, record_start
+from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead, open_read, wait_passed
+from cdcsync.sync.follower import Follower, Record, snapshot_record
+from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id
+from cdcsync.sync.sink import Row
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("cdcsync.bootstrap")
+
+# Read as text over JDBC and parsed like Debezium's values: exact decimals, no
+# time zone guesswork by the JVM or Python, and types Spark has no mapping for.
+TEXT_KINDS = {"decimal", "time", "timestamp", "json", "uuid", "text"}
+ROWS_PER_PARTITION = 50_000
+Progress = Callable[[int, int, float], None]
+
+
+@dataclass
+class Plan:
+    """One followed table of a source: where to read it and how its rows map."""
+
+    table: TableRef
+    topic: str
+    mapping: TableMapping
+
+
+def bootstrap_from_source(
+    config: Config,
+    cfg: FollowerConfig,
+    follower: Follower,
+    spark: SparkSession,
+    checkpoint: Path,
+    base: Path,
+    partitions: int = 2,
+    progress: Progress | None = None,
+    on_read_open: Callable[[SourceConfig], None] | None = None,
+) -> Summary:
+    """Build the follower's store from the source; ``on_read_open`` runs once each read is open."""
+    if checkpoint.exists() and any(checkpoint.iterdir()):
+        raise FatalError(
+            f"follower {cfg.name} already has a checkpoint at {checkpoint}: it is streaming; use reindex to rebuild it"
+        )
+    summary, started = Summary(cfg.name), time.monotonic()
+    connect = ConnectClient(config.connect.url)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config.kafka.bootstrap_servers,
+            "group.id": f"cdcsync-bootstrap-{cfg.name}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+    tick = _Ticker(summary, started, progress)
+    try:
+        for source, plans in _plans(config, cfg, follower):
+            _bootstrap_source(spark, source, plans, follower, consumer, connect, partitions, tick, on_read_open)
+    finally:
+        consumer.close()
+    summary.seconds = round(time.monotonic() - started, 2)
+    record_start(base, cfg.name, summary.offsets, origin="source")
+    return summary
+
+
+def _bootstrap_source(
+    spark: SparkSession,
+    source: SourceConfig,
+    plans: list[Plan],
+    follower: Follower,
+    consumer: Consumer,
+    connect: ConnectClient,
+    partitions: int,
+    tick: _Ticker,
+    on_read_open: Callable[[SourceConfig], None] | None,
+) -> None:
+    first = end_offsets(consumer, [p.topic for p in plans])
+    read = open_read(source)
+    try:
+        if on_read_open:
+            on_read_open(source)
+        tick.total += sum(read.count(_qualified(source, p.table)) for p in plans)
+        row_version = 0
+        if isinstance(read, PostgresRead):
+            wait_passed(read, connect)
+            last = end_offsets(consumer, [p.topic for p in plans])
+            window = _read_window(consumer, first, last, lookback=20)
+            window, row_version = _split_reflected(read, window)
+            log.info(
+                "source=%s snapshot=%s xmin=%d xmax=%d in_progress=%d wal_lsn=%d unreflected=%d row_version=%d",
+                source.name,
+                read.snapshot_id,
+                read.xmin,
+                read.xmax,
+                len(read.xip),
+                read.wal_lsn,
+                len(window),
+                row_version,
+            )
+        for plan in plans:
+            _copy_table(spark, source, plan, read, row_version, follower, partitions, tick)
+        if not isinstance(read, PostgresRead):
+            wait_passed(read, connect)
+            last = end_offsets(consumer, [p.topic for p in plans])
+            window = _read_window(consumer, first, last)
+    finally:
+        read.close()
+    tick.total += len(window)
+    for start in range(0, len(window), CHUNK):
+        tick.add(follower.process(tick.next_batch(), window[start : start + CHUNK]))
+    for tp, (_low, high) in last.items():
+        tick.summary.offsets.setdefault(tp.topic, {})[str(tp.partition)] = high
+
+
+def _plans(config: Config, cfg: FollowerConfig, follower: Follower) -> list[tuple[SourceConfig, list[Plan]]]:
+    """The follower's tables grouped by source, in config order."""
+    plans: dict[str, tuple[SourceConfig, list[Plan]]] = {}
+    for source, table in config.followed_tables(cfg):
+        topic = source.topic(table)
+        if topic in follower.mappings:
+            plans.setdefault(source.name, (source, []))[1].append(Plan(table, topic, follower.mappings[topic]))
+    if not plans:
+        raise FatalError(f"follower {cfg.name}: no table to bootstrap")
+    return list(plans.values())
+
+
+def _split_reflected(read: PostgresRead, window: list[Record]) -> tuple[list[Record], int]:
+    """Drop the window's changes the snapshot reflects; return the rest and the highest reflected version."""
+    kept, highest = [], 0
+    for record in window:
+        txid = _txid(record)
+        if txid is not None and read.reflects(txid):
+            try:
+                change = parse_record(record.topic, record.partition, record.offset, record.key, record.value)
+            except PoisonRecord:
+                change = None
+            if change is not None:
+                highest = max(highest, change.version)
+            continue
+        kept.append(record)  # unreflected, a tombstone, or poison (the follower dead-letters it)
+    return kept, highest
+
+
+def _txid(record: Record) -> int | None:
+    if record.value is None:
+        return None
+    try:
+        txid = orjson.loads(record.value).get("source", {}).get("txId")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return txid if isinstance(txid, int) else None
+
+
+def _read_window(
+    consumer: Consumer,
+    first: dict[TopicPartition, tuple[int, int]],
+    last: dict[TopicPartition, tuple[int, int]],
+    lookback: int = 0,
+) -> list[Record]:
+    """Every record from E1 (less ``lookback``) up to E2, in offset order per partition."""
+    starts = {tp: max(first[tp][0], first[tp][1] - lookback) for tp in last}
+    pending = {tp: end for tp, (_low, end) in last.items() if end > starts[tp]}
+    records: list[Record] = []
+    if not pending:
+        return records
+    consumer.assign([TopicPartition(tp.topic, tp.partition, starts[tp]) for tp in pending])
+    deadline = time.monotonic() + 300
+    while pending:
+        for msg in consumer.consume(1000, timeout=1):
+            tp = TopicPartition(msg.topic(), msg.partition())
+            if msg.error() or tp not in pending or msg.offset() >= pending[tp]:
+                continue
+            records.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+        for position in consumer.position([TopicPartition(tp.topic, tp.partition) for tp in pending]):
+            tp = TopicPartition(position.topic, position.partition)
+            if position.offset >= pending[tp]:  # compaction may leave no record right before the end
+                del pending[tp]
+        if time.monotonic() > deadline:
+            raise FatalError(f"reading the change log window timed out; still pending: {sorted(map(str, pending))}")
+    consumer.unassign()
+    return records
+
+
+def _copy_table(
+    spark: SparkSession,
+    source: SourceConfig,
+    plan: Plan,
+    read: SourceRead,
+    row_version: int,
+    follower: Follower,
+    partitions: int,
+    tick: _Ticker,
+) -> None:
+    """Stream one table from its JDBC read to the sink, CHUNK rows at a time."""
+    df = _jdbc_frame(spark, source, plan, read, partitions)
+    rows: list[Row] = []
+    failed: list[tuple[Record, str]] = []
+    for values in df.toLocalIterator(prefetchPartitions=True):
+        data = values.asDict()
+        if isinstance(read, PostgresRead):
+            version = row_version
+        else:
+            version = read.version(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))
+        key = {c: data[c] for c in plan.mapping.key_columns}
+        change = Change(source.name, plan.mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
+        try:
+            rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping.key_columns), _doc(data, plan)))
+        except PoisonRecord as err:
+            failed.append((snapshot_record(change, data), str(err)))
+        if len(rows) + len(failed) >= CHUNK:
+            tick.add(follower.apply_rows(tick.next_batch(), rows, failed))
+            rows, failed = [], []
+    if rows or failed:
+        tick.add(follower.apply_rows(tick.next_batch(), rows, failed))
+
+
+def _doc(data: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    types = plan.mapping.types
+    parsed = {
+        c: convert(v, types.get(c)) if isinstance(v, str) and types.get(c) in TEXT_KINDS else v for c, v in data.items()
+    }
+    return canonical_doc(parsed, plan.mapping)
+
+
+def _jdbc_frame(spark: SparkSession, source: SourceConfig, plan: Plan, read: SourceRead, partitions: int) -> DataFrame:
+    """A Spark JDBC read of one table inside the read's snapshot, split into parallel chunks."""
+    qualified = _qualified(source, plan.table)
+    options = {
+        "url": _jdbc_url(source),
+        "driver": "org.postgresql.Driver" if source.kind == "postgres" else "org.mariadb.jdbc.Driver",
+        "user": source.user,
+        "password": source.password.get_secret_value(),
+        "sessionInitStatement": read.session_init(),
+        "fetchsize": "5000",
+    }
+    text_columns = [c for c, kind in plan.mapping.types.items() if kind in TEXT_KINDS]
+    if text_columns:
+        options["customSchema"] = ", ".join(f"`{c}` STRING" for c in text_columns)
+    table = qualified
+    if not isinstance(read, PostgresRead):
+        table = f"(SELECT t.*, {read.position_columns()} FROM {qualified} t) AS cdcsync_chunk"
+    count = read.count(qualified)
+    chunks = max(1, min(partitions, math.ceil(count / ROWS_PER_PARTITION)))
+    keys = plan.mapping.key_columns
+    reader = spark.read.format("jdbc").options(**options).option("dbtable", table)
+    if chunks > 1 and len(keys) == 1 and plan.mapping.types.get(keys[0]) == "int":
+        low, high = read.key_bounds(qualified, keys[0])
+        reader = reader.options(partitionColumn=keys[0], lowerBound=str(low), upperBound=str(high))
+        return reader.option("numPartitions", str(chunks)).load()
+    if chunks > 1:  # any other key: split on a hash of its columns
+        props = {**options}
+        url = props.pop("url")
+        return spark.read.jdbc(url, table, predicates=_hash_predicates(source, keys, chunks), properties=props)
+    return reader.load()
+
+
+def _hash_predicates(source: SourceConfig, keys: tuple[str, ...], chunks: int) -> list[str]:
+    if source.kind == "postgres":
+        joined = ", ".join(f'"{k}"::text' for k in keys)
+        expr = f"(hashtext(concat_ws('|', {joined})) & 2147483647)"
+    else:
+        expr = "CRC32(CONCAT_WS('|', {}))".format(", ".join(f"`{k}`" for k in keys))
+    return [f"{expr} % {chunks} = {i}" for i in range(chunks)]
+
+
+def _jdbc_url(source: SourceConfig) -> str:
+    if source.kind == "postgres":
+        return f"jdbc:postgresql://{source.host}:{source.port}/{source.database}"
+    # The mysql scheme makes Spark pick its MySQL dialect (backtick quoting); the MariaDB driver accepts it.
+    return f"jdbc:mysql://{source.host}:{source.port}/{source.database}?permitMysqlScheme&allowMultiQueries=true"
+
+
+def _qualified(source: SourceConfig, table: TableRef) -> str:
+    if source.kind == "postgres":
+        return f'"{table.namespace}"."{table.table}"'
+    return f"`{table.namespace}`.`{table.table}`"
+
+
+class _Ticker:
+    """Counts and progress across every source and table of one bootstrap."""
+
+    def __init__(self, summary: Summary, started: float, progress: Progress | None) -> None:
+        self.summary, self.started, self.progress = summary, started, progress
+        self.total, self.batches = 0, 0
+
+    def next_batch(self) -> int:
+        self.batches += 1
+        return self.batches - 1
+
+    def add(self, counts: Any) -> None:
+        self.summary.add(counts)
+        if self.progress:
+            self.progress(self.summary.records, max(self.total, self.summary.records), time.monotonic() - self.started)
