@@ -40,8 +40,8 @@ test-chaos: up
 lint: install  ## ruff and mypy
 	@$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
 
-bench: up  ## benchmarks (not part of `make test`)
-	@$(PY) -m bench
+bench: up  ## benchmarks (not part of `make test`): followers, then a 1M-row bootstrap
+	@$(PY) -m bench && $(PY) -m bench.bootstrap
 
 clean-state: down  ## delete the state directory (data, logs, caches)
 	rm -rf $(STATE)

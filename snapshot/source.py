@@ -29,6 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -233,27 +234,43 @@ def _copy_table(
     partitions: int,
     tick: _Ticker,
 ) -> None:
-    """Stream one table from its JDBC read to the sink, CHUNK rows at a time."""
+    """Stream one table from its JDBC read to the sink, CHUNK rows at a time.
+
+    Writing a chunk overlaps with reading and mapping the next (one writer
+    thread, at most two chunks in flight): the sink's server and Spark's JDBC
+    read run side by side instead of taking turns. Chunks hold distinct keys,
+    so their order does not matter.
+    """
     df = _jdbc_frame(spark, source, plan, read, partitions)
     rows: list[Row] = []
     failed: list[tuple[Record, str]] = []
-    for values in df.toLocalIterator(prefetchPartitions=True):
-        data = values.asDict()
-        if isinstance(read, PostgresRead):
-            version = row_version
-        else:
-            version = read.version(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))
-        key = {c: data[c] for c in plan.mapping.key_columns}
-        change = Change(source.name, plan.mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
-        try:
-            rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping.key_columns), _doc(data, plan)))
-        except PoisonRecord as err:
-            failed.append((snapshot_record(change, data), str(err)))
-        if len(rows) + len(failed) >= CHUNK:
-            tick.add(follower.apply_rows(tick.next_batch(), rows, failed))
-            rows, failed = [], []
-    if rows or failed:
-        tick.add(follower.apply_rows(tick.next_batch(), rows, failed))
+    in_flight: list[Future[Any]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcsync-bootstrap-write") as writer:
+
+        def flush() -> None:
+            in_flight.append(writer.submit(follower.apply_rows, tick.next_batch(), rows, failed))
+            while len(in_flight) > 1 or (in_flight and in_flight[0].done()):
+                tick.add(in_flight.pop(0).result())
+
+        for values in df.toLocalIterator(prefetchPartitions=True):
+            data = values.asDict()
+            if isinstance(read, PostgresRead):
+                version = row_version
+            else:
+                version = read.version(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))
+            key = {c: data[c] for c in plan.mapping.key_columns}
+            change = Change(source.name, plan.mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
+            try:
+                rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping.key_columns), _doc(data, plan)))
+            except PoisonRecord as err:
+                failed.append((snapshot_record(change, data), str(err)))
+            if len(rows) + len(failed) >= CHUNK:
+                flush()
+                rows, failed = [], []
+        if rows or failed:
+            flush()
+        for future in in_flight:
+            tick.add(future.result())
 
 
 def _doc(data: dict[str, Any], plan: Plan) -> dict[str, Any]:
