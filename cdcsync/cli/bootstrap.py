@@ -42,7 +42,7 @@ def bootstrap(ctx: click.Context, follower: str, origin: str, as_json: bool) -> 
         from cdcsync.spark import spark_session
 
         spark = spark_session(f"cdcsync-bootstrap-{cfg.name}")
-    built = build_follower(config, cfg, spark)
+    built = build_follower(config, cfg, spark, open_sink=False)  # bootstrap stages, then publishes
     summary = bootstrap_from_topics(config, cfg, built, checkpoint_dir(config, cfg), base_dir(config), progress_bar)
     if as_json:
         click.echo(json.dumps(summary_json(summary), indent=2))
