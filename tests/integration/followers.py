@@ -80,15 +80,17 @@ class Scenario:
             query.awaitTermination(600)
             assert query.exception() is None, query.exception()
 
-    def verify(self) -> list[TableReport]:
+    def verify(self, *names: str) -> list[TableReport]:
         reports = []
         for cfg in self.config.followers:
+            if names and cfg.name not in names:
+                continue
             sink = build_sink(self.config, cfg, self.spark)
             reports.extend(verify_follower(self.config, cfg, sink))
         return reports
 
-    def assert_converged(self) -> None:
-        bad = [r.as_dict() for r in self.verify() if not r.clean]
+    def assert_converged(self, *names: str) -> None:
+        bad = [r.as_dict() for r in self.verify(*names) if not r.clean]
         assert not bad, bad
 
     def held(self, follower: str, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
@@ -103,8 +105,9 @@ def drop_stores(config: Config, tag: str) -> None:
     es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
     es.indices.delete(index=f"{tag}-*", ignore_unavailable=True, allow_no_indices=True)
     r = redis.Redis(port=int(ENV["REDIS_PORT"]))
-    for key in r.scan_iter(f"{tag}:*", count=1000):
-        r.delete(key)
+    for pattern in (f"{tag}:*", f"{tag}~*"):  # live keys, and staged generations (sync/sinks/redis.py)
+        for key in r.scan_iter(pattern, count=1000):
+            r.delete(key)
 
 
 @contextmanager
