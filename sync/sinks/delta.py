@@ -25,18 +25,13 @@ Guarantees (``cdcsync.sync.sink``):
 - A Delta commit conflict (``io.delta.exceptions.Concurrent*``) raises
   ``RetryableError``; any other Spark failure ``FatalError``.
 
-Generations (``stage``/``publish``): ``stage`` removes ``<path>/<target>__staging``
-(an earlier stage never published) and creates it afresh; this instance then
-MERGEs into it and ``held``/``live`` read it. ``publish`` overwrites the live
-table with the staged rows in ONE Delta commit (``mode=overwrite``,
-``overwriteSchema``: a reindex may change column types): readers see the
-previous table version until that commit, then the rebuilt one, never a
-partial one; a new follower's table first appears with that commit. Then the
-staging path is removed. The replaced files stay for time travel until
-``VACUUM``. A MERGE of the running follower committing meanwhile is a conflict
-on one side, ``RetryableError`` either way; publishing again is idempotent.
-The history table is shared: staged writes add to it (insert-only on id and
-version, so a rebuild adds nothing the history already holds).
+Generations: ``stage`` recreates ``<path>/<target>__staging`` (dropping an
+unpublished one), which this instance then writes and reads. ``publish``
+overwrites the live table with it in ONE commit (``overwriteSchema``: a
+reindex may change types): readers see the previous version until then, and
+a new follower's table first appears with it; then the staging path goes. A
+concurrent MERGE conflicts on one side, ``RetryableError``; publish again is
+idempotent. The history table is shared (insert-only: a rebuild adds nothing).
 
 Column types follow the mapping (renamed, filtered by ``include``): decimal
 DECIMAL(38,10) (a value needing more digits is rejected, never rounded), date

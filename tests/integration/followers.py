@@ -7,6 +7,7 @@ and dead-letter topic, all removed afterwards.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,6 +96,51 @@ class Scenario:
 
     def held(self, follower: str, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         return self.followers[follower].sink.held(target)
+
+
+def numbered_table(t: str, rows: int) -> dict[str, list[str]]:
+    """DDL by kind for ``scenario``: a Postgres table ``t (id, v)`` holding ids 1..rows, v = id."""
+    return {
+        "postgres": [
+            f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL)",
+            f"INSERT INTO {t} SELECT g, g FROM generate_series(1, {rows}) g",
+        ]
+    }
+
+
+@contextmanager
+def writing(t: str, rows: int) -> Iterator[None]:
+    """A thread changes ``numbered_table`` t until the block ends, a few hundred changes/s.
+
+    Per transaction: insert a new id (from 100001), update one of ids
+    1..rows, delete its own insert of 20 transactions ago. Rows that existed
+    before are updated, never deleted: a reader may count on each of them.
+    """
+    stop, errors = threading.Event(), []
+
+    def loop() -> None:
+        i = 100_000
+        try:
+            while not stop.is_set():
+                i += 1
+                execute(
+                    "postgres",
+                    f"INSERT INTO {t} VALUES ({i}, {i})",
+                    f"UPDATE {t} SET v = v + 1 WHERE id = {i % rows + 1}",
+                    f"DELETE FROM {t} WHERE id = {i - 20} AND id > 100000",
+                )
+                time.sleep(0.003)
+        except BaseException as err:
+            errors.append(err)
+
+    writer = threading.Thread(target=loop)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join()
+    assert not errors, errors
 
 
 def drop_stores(config: Config, tag: str) -> None:

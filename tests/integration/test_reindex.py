@@ -22,8 +22,8 @@ from elasticsearch import Elasticsearch
 from cdcsync.snapshot import bootstrap
 from cdcsync.snapshot.reindex import reindex
 from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_query
-from tests.integration.followers import Scenario, scenario
-from tests.support import ENV, execute, uid
+from tests.integration.followers import Scenario, numbered_table, scenario, writing
+from tests.support import ENV, uid
 
 ROWS = 1500
 
@@ -48,35 +48,8 @@ class Observed:
 @contextmanager
 def table_scenario(spark: Any, tmp_path: Path) -> Iterator[tuple[Scenario, str]]:
     t = f"rx_{uid()}"
-    ddl = {
-        "postgres": [
-            f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL)",
-            f"INSERT INTO {t} SELECT g, g FROM generate_series(1, {ROWS}) g",
-        ]
-    }
-    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, ddl) as sc:
+    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, numbered_table(t, ROWS)) as sc:
         yield sc, t
-
-
-def writes(t: str, stop: threading.Event, errors: list[BaseException]) -> None:
-    """Inserts, updates of old rows, deletes of its own rows: ~3 changes per transaction, a few hundred/s.
-
-    Rows that existed before the reindex are updated, never deleted: a reader
-    may then expect each of them, and at least as many rows as before.
-    """
-    i = 100_000
-    try:
-        while not stop.is_set():
-            i += 1
-            execute(
-                "postgres",
-                f"INSERT INTO {t} VALUES ({i}, {i})",
-                f"UPDATE {t} SET v = v + 1 WHERE id = {i % ROWS + 1}",
-                f"DELETE FROM {t} WHERE id = {i - 20} AND id > 100000",
-            )
-            time.sleep(0.003)
-    except BaseException as err:
-        errors.append(err)
 
 
 @contextmanager
@@ -85,17 +58,12 @@ def streaming(sc: Scenario, name: str, t: str) -> Iterator[None]:
     sc.run_once(name)  # the live store exists and holds the table before the reindex begins
     cfg = sc.config.follower(name)
     query = start_query(sc.spark, sc.config, cfg, sc.followers[name])
-    stop, errors = threading.Event(), []
-    writer = threading.Thread(target=writes, args=(t, stop, errors))
-    writer.start()
     try:
-        time.sleep(3)  # some batches stream before the reindex starts
-        yield
+        with writing(t, ROWS):
+            time.sleep(3)  # some batches stream before the reindex starts
+            yield
     finally:
-        stop.set()
-        writer.join()
         query.stop()
-    assert not errors, errors
     assert query.exception() is None, query.exception()
     sc.run_once(name)  # apply the rest, then the store must match the source
     sc.assert_converged(name)
