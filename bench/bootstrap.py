@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         say("bootstrap --from source ...")
         spark = spark_session("cdcsync-bench-bootstrap")
         cfg = config.followers[0]
-        follower = build_follower(config, cfg, spark)
+        follower = build_follower(config, cfg, spark, open_sink=False)
         started = time.perf_counter()
         summary = bootstrap_from_source(
             config, cfg, follower, spark, checkpoint_dir(config, cfg), base_dir(config), args.partitions, progress_bar

@@ -1,19 +1,22 @@
 """Bootstrap a new follower from the compacted topics, aligned with exact offsets.
 
 1. Capture, first, the end offset E of every partition of the followed topics.
-2. Read each partition from its start up to E and apply it through the
-   follower's own batch path (parse, dead letters, last per key, versioned
-   writes), in chunks, in offset order.
-3. Only when every write is done, record E as the follower's start position
+2. Stage a new store (``Sink.stage``): invisible to readers.
+3. Read each partition from its start up to E and apply it into the staged
+   store through the follower's own batch path (parse, dead letters, last per
+   key, versioned writes), in chunks, in offset order (``replay``).
+4. Publish the staged store (``Sink.publish``): readers switch to a complete
+   store; before that they saw no store, or the previous one.
+5. Only then record E as the follower's start position
    (``<state>/bootstrap/<follower>.json``, written atomically).
-4. ``cdcsync run`` starts a follower that has no checkpoint yet from that
+6. ``cdcsync run`` starts a follower that has no checkpoint yet from that
    position: every change before E is in the store, every change from E on
    is streamed. No gap; and no double apply, which the versions would make
    harmless anyway.
 
-Killed half-way, nothing was recorded, so a re-run starts over; the versioned
-writes make the repeat idempotent. A follower that already has a checkpoint is
-refused: it is streaming, and rebuilding it is ``reindex``'s job.
+Killed half-way, nothing was published or recorded; a re-run's ``stage``
+drops the unpublished store and starts over. A follower that already has a
+checkpoint is refused: it is streaming, and rebuilding it is ``reindex``'s job.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import FatalError
+from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.follower import BatchCounts, Follower, Record
+from cdcsync.sync.sink import Sink
 from cdcsync.sync.stream import start_file
 
 CHUNK = 5000
+Offsets = dict[TopicPartition, int]
+Progress = Callable[[int, int, float], None]
 
 
 @dataclass
@@ -47,6 +53,7 @@ class Summary:
     dead_lettered: int = 0
     seconds: float = 0.0
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    batches: int = 0  # batch ids given to Follower.process so far
 
     def add(self, counts: BatchCounts) -> None:
         self.records += counts.consumed
@@ -54,6 +61,19 @@ class Summary:
         self.older += counts.older
         self.tombstones += counts.tombstones
         self.dead_lettered += counts.dead_lettered
+        self.batches += 1
+
+
+def consumer(config: Config, purpose: str) -> Consumer:
+    """A plain consumer that only reads assigned partitions: it never commits, nor joins the follower's group."""
+    return Consumer(
+        {
+            "bootstrap.servers": config.kafka.bootstrap_servers,
+            "group.id": f"cdcsync-{purpose}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
 
 
 def end_offsets(consumer: Consumer, topics: list[str]) -> dict[TopicPartition, tuple[int, int]]:
@@ -69,37 +89,47 @@ def end_offsets(consumer: Consumer, topics: list[str]) -> dict[TopicPartition, t
     return marks
 
 
-def bootstrap_from_topics(
-    config: Config,
-    cfg: FollowerConfig,
-    follower: Follower,
-    checkpoint: Path,
-    base: Path,
-    progress: Callable[[int, int, float], None] | None = None,
-) -> Summary:
-    if checkpoint.exists() and any(checkpoint.iterdir()):
-        raise FatalError(
-            f"follower {cfg.name} already has a checkpoint at {checkpoint}: it is streaming. "
-            "Bootstrap builds a new follower; stop it and remove the checkpoint to rebuild it from scratch"
-        )
-    summary, started = Summary(cfg.name), time.monotonic()
-    consumer = Consumer(
-        {
-            "bootstrap.servers": config.kafka.bootstrap_servers,
-            "group.id": f"cdcsync-bootstrap-{cfg.name}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-        }
-    )
+def capture(config: Config, topics: list[str]) -> dict[TopicPartition, tuple[int, int]]:
+    """``end_offsets`` with a consumer of its own."""
+    probe = consumer(config, "offsets")
     try:
-        marks = end_offsets(consumer, sorted(follower.mappings))
-        total = sum(high - low for low, high in marks.values())
-        pending = {tp: high for tp, (low, high) in marks.items() if high > low}
-        consumer.assign([TopicPartition(tp.topic, tp.partition, marks[tp][0]) for tp in pending])
+        return end_offsets(probe, topics)
+    finally:
+        probe.close()
+
+
+def offsets_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    """``{topic: {partition: offset}}``, the shape of the start file and of Spark's ``startingOffsets``."""
+    out: dict[str, dict[str, int]] = {}
+    for tp, offset in sorted(offsets.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = offset
+    return out
+
+
+def replay(
+    config: Config,
+    follower: Follower,
+    starts: Offsets,
+    ends: Offsets,
+    summary: Summary,
+    progress: Progress | None = None,
+) -> None:
+    """Apply every record of each partition in ``ends``, from ``starts`` up to (not including) its end.
+
+    Records go through ``follower.process`` in chunks of CHUNK, in offset
+    order per partition; ``summary`` accumulates the counts. ``progress`` gets
+    (records done, records in range, seconds) after each chunk. Nothing is
+    committed to Kafka: the caller owns the position.
+    """
+    started, done = time.monotonic(), 0
+    pending = {tp: end for tp, end in ends.items() if end > starts.get(tp, 0)}
+    total = sum(end - starts.get(tp, 0) for tp, end in pending.items())
+    reader = consumer(config, f"replay-{follower.name}")
+    try:
+        reader.assign([TopicPartition(tp.topic, tp.partition, starts.get(tp, 0)) for tp in pending])
         batch: list[Record] = []
-        batch_id = 0
         while pending:
-            for msg in consumer.consume(1000, timeout=1):
+            for msg in reader.consume(1000, timeout=1):
                 if msg.error():
                     continue
                 tp = TopicPartition(msg.topic(), msg.partition())
@@ -109,24 +139,57 @@ def bootstrap_from_topics(
                 batch.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
                 if msg.offset() + 1 >= end:
                     del pending[tp]
-                    consumer.incremental_unassign([tp])
+                    reader.incremental_unassign([tp])
             if pending:  # compaction can leave no record just before the end: ask where we are
-                for tp in consumer.position([TopicPartition(t.topic, t.partition) for t in pending]):
+                for tp in reader.position([TopicPartition(t.topic, t.partition) for t in pending]):
                     key = TopicPartition(tp.topic, tp.partition)
                     if tp.offset >= pending[key]:
                         del pending[key]
-                        consumer.incremental_unassign([key])
+                        reader.incremental_unassign([key])
             if len(batch) >= CHUNK or (batch and not pending):
-                summary.add(follower.process(batch_id, batch))
-                batch_id += 1
+                done += len(batch)
+                summary.add(follower.process(summary.batches, batch))
                 batch = []
                 if progress:
-                    progress(summary.records, total, time.monotonic() - started)
-        summary.offsets = {}
-        for tp, (_low, high) in marks.items():
-            summary.offsets.setdefault(tp.topic, {})[str(tp.partition)] = high
+                    progress(done, total, time.monotonic() - started)
     finally:
-        consumer.close()
+        reader.close()
+
+
+def publish(sink: Sink, attempts: int = 6) -> None:
+    """``sink.publish()``, retried on a retryable failure (a Delta commit conflict with a running follower)."""
+    delay = 1.0
+    for attempt in range(1, attempts + 1):
+        try:
+            sink.publish()
+            return
+        except RetryableError as err:
+            if attempt == attempts:
+                raise
+            delay = min(max(delay * 2, err.retry_after), 30)
+            time.sleep(delay)
+
+
+def bootstrap_from_topics(
+    config: Config,
+    cfg: FollowerConfig,
+    follower: Follower,
+    checkpoint: Path,
+    base: Path,
+    progress: Progress | None = None,
+) -> Summary:
+    if checkpoint.exists() and any(checkpoint.iterdir()):
+        raise FatalError(
+            f"follower {cfg.name} already has a checkpoint at {checkpoint}: it is streaming. "
+            "Bootstrap builds a new follower; stop it and remove the checkpoint to rebuild it from scratch"
+        )
+    summary, started = Summary(cfg.name), time.monotonic()
+    marks = capture(config, sorted(follower.mappings))
+    follower.sink.stage(list(follower.mappings.values()))
+    replay(config, follower, {tp: low for tp, (low, _) in marks.items()}, {tp: high for tp, (_, high) in marks.items()},
+           summary, progress)  # fmt: skip
+    publish(follower.sink)
+    summary.offsets = offsets_json({tp: high for tp, (_low, high) in marks.items()})
     summary.seconds = round(time.monotonic() - started, 2)
     record_start(base, cfg.name, summary.offsets, origin="topics")
     return summary
@@ -146,12 +209,12 @@ def record_start(base: Path, follower: str, offsets: dict[str, dict[str, int]], 
     os.replace(tmp, path)
 
 
-def progress_bar(done: int, total: int, elapsed: float) -> None:
+def progress_bar(done: int, total: int, elapsed: float, label: str = "bootstrap") -> None:
     """One line on stderr: rows, rows/s and ETA (redrawn in place on a terminal)."""
     rate = done / elapsed if elapsed > 0 else 0.0
     eta = (total - done) / rate if rate > 0 else 0.0
     pct = 100.0 * done / total if total else 100.0
-    line = f"bootstrap: {done:,}/{total:,} records ({pct:5.1f}%)  {rate:,.0f}/s  ETA {eta:,.0f}s"
+    line = f"{label}: {done:,}/{total:,} records ({pct:5.1f}%)  {rate:,.0f}/s  ETA {eta:,.0f}s"
     end = "\r" if sys.stderr.isatty() and done < total else "\n"
     print(line, end=end, file=sys.stderr, flush=True)
 

@@ -40,7 +40,7 @@ from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.errors import FatalError
 from cdcsync.events import Change, PoisonRecord, parse_record
-from cdcsync.snapshot.bootstrap import CHUNK, Summary, end_offsets, record_start
+from cdcsync.snapshot.bootstrap import CHUNK, Summary, end_offsets, publish, record_start
 from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead, open_read, wait_passed
 from cdcsync.sync.follower import Follower, Record, snapshot_record
 from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id
@@ -96,11 +96,13 @@ def bootstrap_from_source(
         }
     )
     tick = _Ticker(summary, started, progress)
+    follower.sink.stage(list(follower.mappings.values()))  # readers see nothing until publish
     try:
         for source, plans in _plans(config, cfg, follower):
             _bootstrap_source(spark, source, plans, follower, consumer, connect, partitions, tick, on_read_open)
     finally:
         consumer.close()
+    publish(follower.sink)
     summary.seconds = round(time.monotonic() - started, 2)
     record_start(base, cfg.name, summary.offsets, origin="source")
     return summary

@@ -24,6 +24,14 @@ Members the follower calls, in order: ``open(mappings)`` once,
 ``write(batch_id, rows)`` per micro-batch, ``close()`` at shutdown; ``verify``
 calls ``held(target)`` and ``stored_form(doc)``.
 
+**Generations** (bootstrap and reindex, ``snapshot/``): ``stage(mappings)``
+instead of ``open`` builds a new physical store that readers cannot see, and
+``write``/``held`` of that sink instance use it; ``publish()`` switches
+readers to it and drops the previous one. A stage that was never published
+(a killed run) is removed by the next ``stage``, so a killed bootstrap or
+reindex leaves nothing partial in front of readers and is simply run again.
+How atomic the switch is depends on the server; each sink's docstring says.
+
 =========================  ============================================================
 member                     contract
 =========================  ============================================================
@@ -32,6 +40,10 @@ member                     contract
 ``write(batch_id, rows)``  apply a batch of ``Row``; return a ``WriteResult``
 ``held(target)``           every live row the store holds: ``{id: (version, doc)}``
 ``stored_form(doc)``       a canonical document as ``held`` would return it
+``stage(mappings)``        drop an unpublished earlier stage, create a fresh store per target,
+                           invisible to readers; ``write``/``held`` use it from then on
+``publish()``              switch readers to the staged store, drop the previous one; ``write``
+                           goes to the live store again
 ``close()``                release connections
 =========================  ============================================================
 """
@@ -83,6 +95,10 @@ class Sink(Protocol):
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]: ...
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]: ...
+
+    def stage(self, mappings: Sequence[TableMapping]) -> None: ...
+
+    def publish(self) -> None: ...
 
     def close(self) -> None: ...
 

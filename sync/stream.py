@@ -22,6 +22,7 @@ from cdcsync.errors import FatalError
 from cdcsync.spark import state_dir
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.follower import DeadLetters, Follower, Record
+from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Sink
 
 if TYPE_CHECKING:
@@ -101,12 +102,25 @@ def ensure_dead_letter_topic(config: Config, follower: FollowerConfig) -> None:
                 raise
 
 
-def build_follower(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Follower:
-    mappings = mappings_for(config, follower)
+def build_follower(
+    config: Config,
+    follower: FollowerConfig,
+    spark: SparkSession | None,
+    mappings: dict[str, TableMapping] | None = None,
+    open_sink: bool = True,
+) -> Follower:
+    """The follower with its sink and dead-letter topic; by default for all its tables.
+
+    ``open_sink=False`` leaves the live store alone (no index, alias or table
+    created): bootstrap and reindex ``stage`` a new store instead, and a new
+    follower's readers must see nothing until it is published.
+    """
+    mappings = mappings_for(config, follower) if mappings is None else mappings
     if not mappings:
         raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")
     sink = build_sink(config, follower, spark)
-    sink.open(list(mappings.values()))
+    if open_sink:
+        sink.open(list(mappings.values()))
     ensure_dead_letter_topic(config, follower)
     return Follower(
         follower.name, sink, mappings, DeadLetters(config.kafka.bootstrap_servers, follower.dlq_topic, follower.name)

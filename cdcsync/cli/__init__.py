@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "connectors": ("cdcsync.cli.connectors", "connectors", "Register Debezium connectors and show their state."),
     "run": ("cdcsync.cli.run", "run", "Run the followers: the daemon (or --once)."),
     "bootstrap": ("cdcsync.cli.bootstrap", "bootstrap", "Build a new follower's store, aligned with exact offsets."),
+    "reindex": ("cdcsync.cli.reindex", "reindex", "Rebuild a follower's store beside the live one, then switch."),
     "verify": ("cdcsync.cli.verify", "verify", "Compare each derived store with its source, row by row."),
 }
 

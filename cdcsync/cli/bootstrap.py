@@ -40,6 +40,7 @@ def bootstrap(
     """
     from cdcsync.snapshot.bootstrap import as_json as summary_json
     from cdcsync.snapshot.bootstrap import bootstrap_from_topics, progress_bar
+    from cdcsync.sync.catalog import mappings_for
     from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
 
     config = load(ctx)
@@ -49,15 +50,16 @@ def bootstrap(
         from cdcsync.spark import spark_session
 
         spark = spark_session(f"cdcsync-bootstrap-{cfg.name}")
-    built = build_follower(config, cfg, spark)
+    mappings = mappings_for(config, cfg)
     if tables:
         wanted = {t.lower() for t in tables}
-        known = {m.table.lower() for m in built.mappings.values()}
+        known = {m.table.lower() for m in mappings.values()}
         if not wanted <= known:
             raise click.UsageError(
                 f"follower {cfg.name} does not follow {sorted(wanted - known)}; it follows {sorted(known)}"
             )
-        built.mappings = {topic: m for topic, m in built.mappings.items() if m.table.lower() in wanted}
+        mappings = {topic: m for topic, m in mappings.items() if m.table.lower() in wanted}
+    built = build_follower(config, cfg, spark, mappings, open_sink=False)  # bootstrap stages, then publishes
     if origin == "source":
         from cdcsync.snapshot.source import bootstrap_from_source
 

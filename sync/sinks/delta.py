@@ -25,6 +25,14 @@ Guarantees (``cdcsync.sync.sink``):
 - A Delta commit conflict (``io.delta.exceptions.Concurrent*``) raises
   ``RetryableError``; any other Spark failure ``FatalError``.
 
+Generations: ``stage`` recreates ``<path>/<target>__staging`` (dropping an
+unpublished one), which this instance then writes and reads. ``publish``
+overwrites the live table with it in ONE commit (``overwriteSchema``: a
+reindex may change types): readers see the previous version until then, and
+a new follower's table first appears with it; then the staging path goes. A
+concurrent MERGE conflicts on one side, ``RetryableError``; publish again is
+idempotent. The history table is shared (insert-only: a rebuild adds nothing).
+
 Column types follow the mapping (renamed, filtered by ``include``): decimal
 DECIMAL(38,10) (a value needing more digits is rejected, never rounded), date
 DATE, timestamp TIMESTAMP (UTC), bytes BINARY, bool BOOLEAN, int BIGINT, float
@@ -105,10 +113,14 @@ WIDE = Context(prec=80)
 DEC_STEP = Decimal("1e-10")
 
 
+STAGING = "__staging"
+
+
 @dataclass
 class _Table:
     path: str
     kinds: dict[str, str | None]  # data column -> mapping kind (None: no declared type)
+    history: str  # the change history table's path (used only with history=True)
 
 
 class DeltaSink:
@@ -120,11 +132,44 @@ class DeltaSink:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
         self._spark = spark
         self._tables: dict[str, _Table] = {}
+        self._staged: set[str] = set()  # targets whose _tables entry is the staging table, until publish
 
     # ------------------------------------------------------------------ contract
 
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Create each target's table (and history table) if missing; add columns the mapping gained."""
+        for target, columns in self._wanted(mappings).items():
+            self._tables[target] = self._open_table(f"{self.path}/{target}", columns)
+            self._staged.discard(target)
+
+    def stage(self, mappings: Sequence[TableMapping]) -> None:
+        """A fresh staging table per target, beside the live one (module docstring)."""
+        for target, columns in self._wanted(mappings).items():
+            path = f"{self.path}/{target}{STAGING}"
+            self._remove(path)
+            self._tables[target] = self._open_table(path, columns, history=f"{self.path}/{target}__history")
+            self._staged.add(target)
+
+    def publish(self) -> None:
+        """Replace each staged target's live table in one commit, then remove the staging table."""
+        for target in sorted(self._staged):
+            staged, live = self._tables[target], f"{self.path}/{target}"
+            with _spark_errors(f"publishing {staged.path} to {live}"):
+                rows = self._spark.read.format("delta").load(staged.path)
+                rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
+            self._tables[target] = _Table(live, staged.kinds, staged.history)
+            self._staged.discard(target)
+            self._remove(staged.path)
+
+    def _remove(self, path: str) -> None:
+        """Delete a directory tree through Hadoop's file system API, so any ``path`` scheme works."""
+        with _spark_errors(f"removing {path}"):
+            context = self._spark.sparkContext
+            hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+            hadoop_path.getFileSystem(context._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
+
+    def _wanted(self, mappings: Sequence[TableMapping]) -> dict[str, dict[str, str | None]]:
+        """Each target's data columns and their kinds, checked against each other and the sink's columns."""
         wanted: dict[str, dict[str, str | None]] = {}
         for mapping in mappings:
             columns = wanted.setdefault(mapping.target, {})
@@ -137,13 +182,7 @@ class DeltaSink:
                 if columns.get(name, kind) != kind:
                     raise FatalError(f"target {mapping.target}: column {name!r} is both {columns[name]} and {kind}")
                 columns[name] = kind
-        for target, columns in wanted.items():
-            self._tables[target] = self._open_table(f"{self.path}/{target}", columns)
-            if self.history:
-                with _spark_errors(f"creating {self.path}/{target}__history"):
-                    DeltaTable.createIfNotExists(self._spark).location(f"{self.path}/{target}__history").addColumns(
-                        HISTORY
-                    ).execute()
+        return wanted
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
         """MERGE each target's rows; see the module docstring for what is applied, stale or rejected."""
@@ -199,12 +238,14 @@ class DeltaSink:
             raise FatalError(f"sink {self.name}: target {target!r} was not opened")
         return self._tables[target]
 
-    def _open_table(self, path: str, columns: dict[str, str | None]) -> _Table:
+    def _open_table(self, path: str, columns: dict[str, str | None], history: str | None = None) -> _Table:
         schema = T.StructType(META.fields + [T.StructField(n, _spark_type(k)) for n, k in columns.items()])
+        table = _Table(path, {}, history or f"{path}__history")
         with _spark_errors(f"opening {path}"):
             DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema).execute()
             existing = DeltaTable.forPath(self._spark, path).toDF().schema
-        table = _Table(path, {})
+            if self.history:
+                DeltaTable.createIfNotExists(self._spark).location(table.history).addColumns(HISTORY).execute()
         for field in existing.fields:
             if field.name in META.fieldNames():
                 continue
@@ -274,7 +315,7 @@ class DeltaSink:
         ]  # fmt: skip
         source = self._spark.createDataFrame(data, HISTORY)
         key = "t._cdcsync_id = s._cdcsync_id AND t._cdcsync_version = s._cdcsync_version"
-        target = DeltaTable.forPath(self._spark, f"{table.path}__history").alias("t")
+        target = DeltaTable.forPath(self._spark, table.history).alias("t")
         target.merge(source.alias("s"), key).whenNotMatchedInsertAll().execute()
 
 

@@ -8,6 +8,17 @@ Layout per target ``T`` (``P`` is the sink's ``index_prefix``):
 - an alias ``PT``, its write index, filtered to hide delete markers. Writes and
   readers use the alias, so a reindex can build ``-000002`` and swap it atomically.
 
+Generations (``stage``/``publish``): ``stage`` deletes every ``PT-NNNNNN``
+the alias does not point to (an earlier stage never published) and creates
+the next number, same settings and mappings, without the alias: readers
+cannot see it, and this sink instance writes and reads it by its concrete
+name. ``publish`` refreshes it (so the first search after the switch sees all
+of it), then moves the alias, filter and write flag included, in ONE
+``_aliases`` request: a reader resolves the alias to the old index or to the
+new one, never to none or both. After ``DROP_GRACE_S`` (requests that resolved
+the alias just before the swap finish on the old index) the old index is
+deleted. A new follower has no alias until its first publish.
+
 Guarantees (``cdcsync.sync.sink``):
 
 - **Apply rule**: every change is an ``index`` action with
@@ -32,6 +43,8 @@ Guarantees (``cdcsync.sync.sink``):
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
@@ -51,6 +64,7 @@ FIRST_GENERATION = "000001"
 CHUNK_ROWS = 1000
 CHUNK_BYTES = 8 * 1024 * 1024  # far below http.max_content_length (100 MB): bounded memory on both ends
 PAGE = 1000
+DROP_GRACE_S = 3.0  # publish: how long requests that resolved the alias to the old index get to finish
 
 # Column type (sync.mapping.TYPES) -> field mapping. Types missing here stay dynamic.
 FIELD_TYPES: dict[str, dict[str, Any]] = {
@@ -83,19 +97,27 @@ class ElasticsearchSink:
         self.index_settings = dict(index_settings or {})
         # The client retries a timed-out bulk itself: safe, every action is idempotent.
         self._client = Elasticsearch(url, request_timeout=60, max_retries=2, retry_on_timeout=True)
+        self._staged: dict[str, str] = {}  # target -> staged physical index, until publish
 
     def alias(self, target: str) -> str:
         return f"{self.index_prefix}{target}"
+
+    def physical(self, target: str) -> str:
+        """Where this instance writes and reads ``target``: the staged index, else the alias."""
+        return self._staged.get(target, self.alias(target))
 
     # ------------------------------------------------------------------ open
 
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Create each target's index and alias if missing; add newly typed fields to existing ones."""
+        for target, props in self._targets(mappings).items():
+            self._call(f"open {self.alias(target)}", self._ensure, target, props)
+
+    def _targets(self, mappings: Sequence[TableMapping]) -> dict[str, dict[str, Any]]:
         properties: dict[str, dict[str, Any]] = defaultdict(dict)
         for mapping in mappings:  # several tables may feed one target
             properties[mapping.target].update(self._properties(mapping))
-        for target, props in properties.items():
-            self._call(f"open {self.alias(target)}", self._ensure, target, props)
+        return properties
 
     @staticmethod
     def _properties(mapping: TableMapping) -> dict[str, Any]:
@@ -124,18 +146,66 @@ class ElasticsearchSink:
                 if indices.exists(index=physical):
                     indices.update_aliases(actions=[{"add": {"index": physical, "alias": alias, **alias_body}}])
                 else:
-                    indices.create(
-                        index=physical,
-                        settings={"number_of_shards": 1, "number_of_replicas": 0, **self.index_settings},
-                        # date_detection off: an untyped text column whose first value looks like a date
-                        # would be mapped `date` and every later non-date value rejected.
-                        mappings={"dynamic": True, "date_detection": False, "properties": props},
-                        aliases={alias: alias_body},
-                    )
+                    self._create(physical, props, aliases={alias: alias_body})
                 return
             except ApiError as err:
                 if _error_type(err.body) != "resource_already_exists_exception":
                     raise
+
+    def _create(self, physical: str, props: dict[str, Any], aliases: dict[str, Any] | None = None) -> None:
+        self._client.indices.create(
+            index=physical,
+            settings={"number_of_shards": 1, "number_of_replicas": 0, **self.index_settings},
+            # date_detection off: an untyped text column whose first value looks like a date
+            # would be mapped `date` and every later non-date value rejected.
+            mappings={"dynamic": True, "date_detection": False, "properties": props},
+            aliases=aliases,
+        )
+
+    # ------------------------------------------------------------------ generations
+
+    def stage(self, mappings: Sequence[TableMapping]) -> None:
+        """Create the next generation of each target's index, without the alias (module docstring)."""
+        for target, props in self._targets(mappings).items():
+            self._staged[target] = self._call(f"stage {self.alias(target)}", self._stage_one, target, props)
+
+    def _stage_one(self, target: str, props: dict[str, Any]) -> str:
+        alias = self.alias(target)
+        if self._client.indices.exists(index=alias) and not self._client.indices.exists_alias(name=alias):
+            raise FatalError(f"{alias} is a concrete index, not an alias (auto-created?); delete it and reindex")
+        generations, live = self._generations(alias), self._behind(alias)
+        for leftover in sorted(set(generations) - set(live)):  # an earlier stage that was never published
+            self._client.indices.delete(index=leftover)
+        physical = f"{alias}-{max(generations.values(), default=0) + 1:06d}"
+        self._create(physical, props)
+        return physical
+
+    def _generations(self, alias: str) -> dict[str, int]:
+        """Every physical index of the alias's layout, ``<alias>-NNNNNN`` -> N (other targets' never match)."""
+        found = self._client.indices.get(index=f"{alias}-*", expand_wildcards="open,closed", allow_no_indices=True)
+        pattern = re.compile(re.escape(alias) + r"-(\d{6})")
+        return {name: int(m.group(1)) for name in found if (m := pattern.fullmatch(name))}
+
+    def _behind(self, alias: str) -> list[str]:
+        if not self._client.indices.exists_alias(name=alias):
+            return []
+        return sorted(self._client.indices.get_alias(name=alias))
+
+    def publish(self) -> None:
+        """Move each staged target's alias to its new index in one request, then drop the old index."""
+        for target, physical in list(self._staged.items()):
+            self._call(f"publish {physical}", self._publish_one, self.alias(target), physical)
+            del self._staged[target]
+
+    def _publish_one(self, alias: str, physical: str) -> None:
+        self._client.indices.refresh(index=physical)
+        old = [index for index in self._behind(alias) if index != physical]
+        actions: list[dict[str, Any]] = [{"remove": {"index": index, "alias": alias}} for index in old]
+        actions.append({"add": {"index": physical, "alias": alias, "is_write_index": True, "filter": HIDE_MARKERS}})
+        self._client.indices.update_aliases(actions=actions)  # one cluster-state update: atomic for readers
+        if old:
+            time.sleep(DROP_GRACE_S)
+            self._client.indices.delete(index=",".join(old))
 
     # ------------------------------------------------------------------ write
 
@@ -160,7 +230,13 @@ class ElasticsearchSink:
         return result  # the follower logs the batch's counts
 
     def _encode(self, row: Row) -> tuple[bytes, bytes]:
-        ident = {"_index": self.alias(row.target), "_id": row.doc_id}
+        # require_alias: if the alias vanished, fail instead of auto-creating an unmapped index.
+        # A staged index is written by its concrete name; it exists, stage() created it.
+        ident = {
+            "_index": self.physical(row.target),
+            "_id": row.doc_id,
+            "require_alias": row.target not in self._staged,
+        }
         action = {"index": {**ident, "version": row.version, "version_type": "external"}}
         if row.doc is None:
             source: dict[str, Any] = {DELETED_FIELD: True, VERSION_FIELD: row.version}
@@ -175,8 +251,7 @@ class ElasticsearchSink:
         lines = [line for _row, action, source in chunk for line in (action, source)]
         try:
             # The client passes pre-encoded NDJSON lines through; its type hint only knows dicts.
-            # require_alias: if the alias vanished, fail instead of auto-creating an unmapped index.
-            response = self._call("bulk", self._client.bulk, operations=cast(Any, lines), require_alias=True)
+            response = self._call("bulk", self._client.bulk, operations=cast(Any, lines))
         except _TooLarge:
             if len(chunk) == 1:
                 return WriteResult(rejected=[(chunk[0][0], "request entity too large (http.max_content_length)")])
@@ -201,10 +276,14 @@ class ElasticsearchSink:
     # ------------------------------------------------------------------ read
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
-        """Every live document behind the alias: ``{id: (version, doc without cdcsync fields)}``."""
-        alias = self.alias(target)
+        """Every live document behind the alias (or in the staged index): ``{id: (version, doc)}``."""
+        alias = self.physical(target)
         held: dict[str, tuple[int, dict[str, Any]]] = {}
-        if not self._call("check alias", self._client.indices.exists_alias, name=alias):
+        if target in self._staged:
+            exists = self._call("check index", self._client.indices.exists, index=alias)
+        else:
+            exists = self._call("check alias", self._client.indices.exists_alias, name=alias)
+        if not exists:
             return held
         self._call("refresh", self._client.indices.refresh, index=alias)
         pit_id = self._call("open point in time", self._client.open_point_in_time, index=alias, keep_alive="2m")["id"]

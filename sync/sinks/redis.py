@@ -28,6 +28,32 @@ Guarantees (``cdcsync.sync.sink``):
   too long), OOM, READONLY/MASTERDOWN (failover). Rows already written stay
   written; replaying the whole batch is idempotent.
 
+Generations (``stage``/``publish``). Readers' key layout above is a
+contract, so a generation cannot be a new key prefix that readers switch to.
+``stage`` deletes every ``P~*`` key (an earlier stage never published), then
+this instance writes and reads ``P~G:T:<id>`` and ``P~G:_deleted:T`` (``G``
+from the clock), which no reader looks at. ``publish`` then promotes the
+staged rows onto the live keys, one script call per key, in pipelined chunks:
+
+- a staged row is RENAMEd over the live key if its version is newer than what
+  the live side holds (row ``_v`` or marker), and the live marker is cleared;
+  else the live key, written meanwhile by the running follower, is kept and
+  the staged key dropped;
+- a staged delete marker newer than the live side deletes the live row and
+  becomes the live marker;
+- the staged key or marker field is removed in the same script.
+
+What readers observe: each key switches atomically (a RENAME replaces it in
+one step, never absent in between), but not all keys at one instant; during
+publish some rows are already the rebuilt ones and others not yet. Both are
+versions of that row the follower applied or would apply, and the version
+rule keeps a key from going backwards. A key present before the reindex
+disappears only if the rebuilt generation holds a newer delete for it, which
+is what a source delete does anyway: never missing, never fewer rows than the
+source warrants. Not covered: a live row the rebuilt generation knows nothing
+about (neither row nor marker, e.g. its delete was compacted away and the old
+store missed it) stays; ``verify`` reports it as ``extra``.
+
 Assumes one Redis server or a primary with replicas, not Redis Cluster: a
 row's key and its target's marker hash are in different slots. Target names
 may not contain ``:`` (the key layout could not tell ``a`` from ``a:b``) nor
@@ -45,7 +71,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -70,9 +97,7 @@ SCAN_COUNT = 1000
 # Error codes that pass on their own and that redis-py leaves at the start of the message.
 TRANSIENT = ("BUSY", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS")
 
-# KEYS: row key, marker hash. ARGV: doc id, version, op ('u' | 'd'), then field, value, ...
-# Returns 1 when applied, 0 when the store holds this version or a newer one.
-APPLY = """
+NEWER = """
 local function newer(a, b)
   -- canonical non-negative decimal strings: the longer is larger; else the first differing
   -- byte decides (byte by byte, because Lua's string '<' follows the server's collation locale)
@@ -83,6 +108,12 @@ local function newer(a, b)
   end
   return false
 end
+"""
+# KEYS: row key, marker hash. ARGV: doc id, version, op ('u' | 'd'), then field, value, ...
+# Returns 1 when applied, 0 when the store holds this version or a newer one.
+APPLY = (
+    NEWER
+    + """
 local version = ARGV[2]
 local row = redis.call('HGET', KEYS[1], '_v')
 if row and not newer(version, row) then return 0 end
@@ -97,7 +128,41 @@ else
 end
 return 1
 """
-APPLY_SHA = hashlib.sha1(APPLY.encode()).hexdigest()
+)
+# Publish one staged key. KEYS: staged row key or staged marker hash, live row key, live marker hash.
+# ARGV: doc id, 'row' | 'marker'. Returns 1 when the staged state replaced the live one, else 0.
+PROMOTE = (
+    NEWER
+    + """
+local version
+if ARGV[2] == 'row' then version = redis.call('HGET', KEYS[1], '_v')
+else version = redis.call('HGET', KEYS[1], ARGV[1]) end
+if not version then return 0 end
+local row = redis.call('HGET', KEYS[2], '_v')
+local marker = redis.call('HGET', KEYS[3], ARGV[1])
+local wins = (not row or newer(version, row)) and (not marker or newer(version, marker))
+if ARGV[2] == 'row' then
+  if wins then
+    redis.call('RENAME', KEYS[1], KEYS[2])
+    if marker then redis.call('HDEL', KEYS[3], ARGV[1]) end
+  else
+    redis.call('DEL', KEYS[1])
+  end
+else
+  if wins then
+    if row then redis.call('DEL', KEYS[2]) end
+    redis.call('HSET', KEYS[3], ARGV[1], version)
+  end
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+if wins then return 1 end
+return 0
+"""
+)
+SCRIPTS = {
+    name: (text, hashlib.sha1(text.encode()).hexdigest()) for name, text in (("apply", APPLY), ("promote", PROMOTE))
+}
+APPLY_SHA, PROMOTE_SHA = SCRIPTS["apply"][1], SCRIPTS["promote"][1]
 
 
 class RedisSink:
@@ -107,6 +172,8 @@ class RedisSink:
         self.name = name
         self.url = redact_url(url)
         self.prefix = prefix
+        self._space = prefix  # where write() and held() go: the prefix, or the staged generation's
+        self._staged: list[str] = []  # targets staged, until publish
         self._client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30, socket_connect_timeout=10)
 
     def open(self, mappings: Sequence[TableMapping]) -> None:
@@ -115,11 +182,46 @@ class RedisSink:
             self._check_target(mapping.target)
         self._load_script()
 
-    def row_key(self, target: str, doc_id: str) -> str:
-        return f"{self.prefix}:{target}:{doc_id}"
+    def row_key(self, target: str, doc_id: str, space: str | None = None) -> str:
+        return f"{space or self._space}:{target}:{doc_id}"
 
-    def marker_key(self, target: str) -> str:
-        return f"{self.prefix}:_deleted:{target}"
+    def marker_key(self, target: str, space: str | None = None) -> str:
+        return f"{space or self._space}:_deleted:{target}"
+
+    # ------------------------------------------------------------------ generations
+
+    def stage(self, mappings: Sequence[TableMapping]) -> None:
+        """Drop leftovers of an unpublished stage; write and read a new generation from now on."""
+        self.open(mappings)
+        try:
+            for keys in _chunks(self._client.scan_iter(match=_glob_escape(f"{self.prefix}~") + "*", count=SCAN_COUNT)):
+                self._client.unlink(*keys)
+        except RedisError as err:
+            raise self._mapped(err, "dropping an unpublished stage") from None
+        self._space = f"{self.prefix}~{time.time_ns():x}"
+        self._staged = sorted({m.target for m in mappings})
+
+    def publish(self) -> None:
+        """Promote the staged generation onto the live keys, key by key (module docstring)."""
+        staged, live = self._space, self.prefix
+        try:
+            for target in self._staged:
+                head = f"{staged}:{target}:"
+                for keys in _chunks(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT)):
+                    self._promote(target, "row", [(key, key[len(head) :]) for key in keys])
+                markers = self.marker_key(target, staged)
+                for ids in _chunks(field for field, _ in self._client.hscan_iter(markers, count=SCAN_COUNT)):
+                    self._promote(target, "marker", [(markers, i) for i in ids])
+        except RedisError as err:  # publish again: what was promoted already is a no-op
+            raise self._mapped(err, "publish") from None
+        self._space, self._staged = live, []
+
+    def _promote(self, target: str, kind: str, staged: list[tuple[str, str]]) -> None:
+        live = self.marker_key(target, self.prefix)
+        calls = [[key, self.row_key(target, i, self.prefix), live, i, kind] for key, i in staged]
+        for reply in self._evalsha_all(PROMOTE_SHA, 3, calls):
+            if isinstance(reply, RedisError):
+                raise self._mapped(reply, "publish")
 
     # ------------------------------------------------------------------ write
 
@@ -150,39 +252,47 @@ class RedisSink:
 
     def _apply(self, pending: list[tuple[Row, list[str]]]) -> WriteResult:
         result = WriteResult()
+        replies = self._evalsha_all(APPLY_SHA, 2, [args for _row, args in pending])
+        for (row, _args), reply in zip(pending, replies, strict=True):
+            if isinstance(reply, RedisError):
+                if _kind(reply) != "reject":
+                    raise self._mapped(reply, "write")
+                result.rejected.append((row, str(reply)))
+            elif reply == 1:
+                result.applied += 1
+            else:
+                result.stale += 1
+        return result
+
+    def _evalsha_all(self, sha: str, numkeys: int, calls: list[list[str]]) -> list[Any]:
+        """One script call per argument list, pipelined; each call's reply or error, in order."""
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
         for _attempt in range(2):
             pipe = self._client.pipeline(transaction=False)
-            for _row, args in pending:
-                pipe.evalsha(APPLY_SHA, 2, *args)
+            for i in todo:
+                pipe.evalsha(sha, numkeys, *calls[i])
             try:
-                replies = pipe.execute(raise_on_error=False)
+                answers = pipe.execute(raise_on_error=False)
             except RedisError as err:
-                raise self._mapped(err, "write") from None
-            again = []
-            for (row, args), reply in zip(pending, replies, strict=True):
-                if isinstance(reply, NoScriptError):  # restart or SCRIPT FLUSH: this row did not run
-                    again.append((row, args))
-                elif isinstance(reply, RedisError):
-                    if _kind(reply) != "reject":
-                        raise self._mapped(reply, "write")
-                    result.rejected.append((row, str(reply)))
-                elif reply == 1:
-                    result.applied += 1
-                else:
-                    result.stale += 1
-            if not again:
-                return result
+                raise self._mapped(err, "script call") from None
+            for i, answer in zip(todo, answers, strict=True):
+                replies[i] = answer
+            # Restart or SCRIPT FLUSH: these calls did not run; load the scripts and run them again.
+            todo = [i for i in todo if isinstance(replies[i], NoScriptError)]
+            if not todo:
+                return replies
             self._load_script()
-            pending = again
-        raise RetryableError(f"redis {self.url}: the apply script vanished twice in one batch (SCRIPT FLUSH?)")
+        raise RetryableError(f"redis {self.url}: the scripts vanished twice in one batch (SCRIPT FLUSH?)")
 
     def _load_script(self) -> None:
-        try:
-            sha = self._client.script_load(APPLY)
-        except RedisError as err:
-            raise self._mapped(err, "SCRIPT LOAD (Lua scripting must be allowed)") from None
-        if sha != APPLY_SHA:
-            raise FatalError(f"redis {self.url} hashed the apply script as {sha}, expected {APPLY_SHA}")
+        for name, (text, expected) in SCRIPTS.items():
+            try:
+                sha = self._client.script_load(text)
+            except RedisError as err:
+                raise self._mapped(err, "SCRIPT LOAD (Lua scripting must be allowed)") from None
+            if sha != expected:
+                raise FatalError(f"redis {self.url} hashed the {name} script as {sha}, expected {expected}")
 
     def _mapped(self, err: RedisError, what: str) -> Exception:
         """A Redis failure mapped onto the two error roots (a per-row reply outside ``write`` is fatal too)."""
@@ -199,7 +309,7 @@ class RedisSink:
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         """Every row hash of the target: ``{doc_id: (version, fields without _v)}``."""
         self._check_target(target)
-        head = f"{self.prefix}:{target}:"
+        head = f"{self._space}:{target}:"
         held: dict[str, tuple[int, dict[str, Any]]] = {}
         try:
             keys = list(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT))
@@ -235,6 +345,18 @@ def _kind(err: RedisError) -> str:
     if isinstance(err, RedisConnectionError | RedisTimeoutError | OutOfMemoryError | ReadOnlyError):
         return "retry"
     return "retry" if str(err).split(" ", 1)[0] in TRANSIENT else "reject"
+
+
+def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
+    """Lists of at most CHUNK items: bounded round trips over a scan of any size."""
+    chunk: list[str] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _glob_escape(text: str) -> str:

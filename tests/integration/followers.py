@@ -7,6 +7,7 @@ and dead-letter topic, all removed afterwards.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,19 +81,66 @@ class Scenario:
             query.awaitTermination(600)
             assert query.exception() is None, query.exception()
 
-    def verify(self) -> list[TableReport]:
+    def verify(self, *names: str) -> list[TableReport]:
         reports = []
         for cfg in self.config.followers:
+            if names and cfg.name not in names:
+                continue
             sink = build_sink(self.config, cfg, self.spark)
             reports.extend(verify_follower(self.config, cfg, sink))
         return reports
 
-    def assert_converged(self) -> None:
-        bad = [r.as_dict() for r in self.verify() if not r.clean]
+    def assert_converged(self, *names: str) -> None:
+        bad = [r.as_dict() for r in self.verify(*names) if not r.clean]
         assert not bad, bad
 
     def held(self, follower: str, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         return self.followers[follower].sink.held(target)
+
+
+def numbered_table(t: str, rows: int) -> dict[str, list[str]]:
+    """DDL by kind for ``scenario``: a Postgres table ``t (id, v)`` holding ids 1..rows, v = id."""
+    return {
+        "postgres": [
+            f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL)",
+            f"INSERT INTO {t} SELECT g, g FROM generate_series(1, {rows}) g",
+        ]
+    }
+
+
+@contextmanager
+def writing(t: str, rows: int) -> Iterator[None]:
+    """A thread changes ``numbered_table`` t until the block ends, a few hundred changes/s.
+
+    Per transaction: insert a new id (from 100001), update one of ids
+    1..rows, delete its own insert of 20 transactions ago. Rows that existed
+    before are updated, never deleted: a reader may count on each of them.
+    """
+    stop, errors = threading.Event(), []
+
+    def loop() -> None:
+        i = 100_000
+        try:
+            while not stop.is_set():
+                i += 1
+                execute(
+                    "postgres",
+                    f"INSERT INTO {t} VALUES ({i}, {i})",
+                    f"UPDATE {t} SET v = v + 1 WHERE id = {i % rows + 1}",
+                    f"DELETE FROM {t} WHERE id = {i - 20} AND id > 100000",
+                )
+                time.sleep(0.003)
+        except BaseException as err:
+            errors.append(err)
+
+    writer = threading.Thread(target=loop)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join()
+    assert not errors, errors
 
 
 def drop_stores(config: Config, tag: str) -> None:
@@ -103,8 +151,9 @@ def drop_stores(config: Config, tag: str) -> None:
     es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
     es.indices.delete(index=f"{tag}-*", ignore_unavailable=True, allow_no_indices=True)
     r = redis.Redis(port=int(ENV["REDIS_PORT"]))
-    for key in r.scan_iter(f"{tag}:*", count=1000):
-        r.delete(key)
+    for pattern in (f"{tag}:*", f"{tag}~*"):  # live keys, and staged generations (sync/sinks/redis.py)
+        for key in r.scan_iter(pattern, count=1000):
+            r.delete(key)
 
 
 @contextmanager

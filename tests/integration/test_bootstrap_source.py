@@ -83,7 +83,7 @@ def _ddl(kind: str, t: str) -> list[str]:
 def _bootstrap_all(sc: Scenario, spark: Any, **kwargs: Any) -> dict[str, Any]:
     summaries = {}
     for cfg in sc.config.followers:
-        follower = build_follower(sc.config, cfg, spark)
+        follower = build_follower(sc.config, cfg, spark, open_sink=False)
         summary = bootstrap_from_source(
             sc.config, cfg, follower, spark, checkpoint_dir(sc.config, cfg), base_dir(sc.config), **kwargs
         )

@@ -46,3 +46,12 @@ def test_bootstrap_progress_line_shows_rows_rate_and_eta(capsys) -> None:  # typ
     progress_bar(2500, 10000, 2.0)
     line = capsys.readouterr().err
     assert "2,500/10,000 records" in line and "1,250/s" in line and "ETA 6s" in line
+
+
+def test_reindex_is_listed_and_documents_its_options() -> None:
+    listed = cdcsync("--help")
+    assert "reindex" in listed.stdout
+    done = cdcsync("reindex", "--help")
+    assert done.returncode == 0
+    assert "--table" in done.stdout and "--json" in done.stdout and "Exit 0 done, 1 failed, 2" in done.stdout
+    assert cdcsync("reindex").returncode == 2  # FOLLOWER is required
