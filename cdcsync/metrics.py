@@ -6,15 +6,15 @@ them with ``/metrics`` (and ``/healthz``) from the daemon.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 APPLIED = Counter("cdcsync_changes_applied_total", "Changes written to a sink", ["follower", "op"])
 OLDER = Counter(
-    "cdcsync_changes_skipped_older_total", "Changes the sink already held at the same or a newer version", ["follower"]
+    "cdcsync_changes_skipped_older_total",
+    "Changes skipped: the sink held the same or a newer version, or a newer change of the key was in the batch",
+    ["follower"],
 )
 DEAD = Counter("cdcsync_dead_letters_total", "Records sent to the dead-letter topic", ["follower"])
 BATCH = Histogram(
@@ -36,20 +36,18 @@ FRESHNESS = Gauge(
 )
 
 
-def record_batch(follower: str, rows: Sequence[Any], result: Any, dead_lettered: int, elapsed_s: float) -> None:
-    now = time.time()
+def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
+    """Count one batch (``sync.follower.BatchCounts``)."""
     BATCH.labels(follower).observe(elapsed_s)
-    exact = result.applied == len(rows)  # every row applied: per-op counts are exact
-    if not exact and result.applied:
-        APPLIED.labels(follower, "unknown").inc(result.applied)
-    for row in rows if exact else ():
-        change = row.change
-        APPLIED.labels(follower, change.op).inc()
-        if change.commit_ts_ms:
-            LATENCY.labels(follower).observe(max(now - change.commit_ts_ms / 1000, 0))
-            FRESHNESS.labels(follower, change.table).set(change.commit_ts_ms / 1000)
-    OLDER.labels(follower).inc(result.stale)
-    DEAD.labels(follower).inc(dead_lettered)
+    for op, n in counts.applied_by_op.items():
+        APPLIED.labels(follower, op).inc(n)
+    latency = LATENCY.labels(follower)
+    for lag in counts.lags_s:
+        latency.observe(lag)
+    for table, ts_ms in counts.newest_commit_ms.items():
+        FRESHNESS.labels(follower, table).set(ts_ms / 1000)
+    OLDER.labels(follower).inc(counts.older)
+    DEAD.labels(follower).inc(counts.dead_lettered)
 
 
 def serve(port: int, host: str = "127.0.0.1") -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,8 @@ def connector_jars(jars_dir: Path | None = None) -> list[Path]:
 def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     from pyspark.sql import SparkSession
 
+    # Python workers (followers applying batches on executors) run this interpreter, which has cdcsync.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master or os.environ.get("CDCSYNC_SPARK_MASTER") or "local[*]")

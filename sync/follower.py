@@ -5,9 +5,11 @@ Per batch, in this order (the order is what makes a crash safe):
 1. parse each record into a ``Change`` (tombstones are skipped: the ``op=d``
    event before them already deleted the row), map it for the sink;
    a record that cannot be parsed or mapped is dead-lettered;
-2. keep the last change per key (highest version);
-3. write to the sink, retrying the whole batch on ``RetryableError`` (the apply
-   rule makes a repeated write a no-op); rows the sink rejects are dead-lettered;
+2. keep the last change per key (highest version) in each chunk of
+   ``sink.chunk_rows`` records (the whole batch for a sink without it);
+3. write each chunk to the sink while the next one is parsed, chunks in log
+   order, retrying a chunk on ``RetryableError`` (the apply rule makes a
+   repeated write a no-op); rows the sink rejects are dead-lettered;
 4. flush the dead-letter producer;
 5. return, and only then does Spark record the batch's offsets in the
    checkpoint. A crash anywhere before replays the batch.
@@ -22,8 +24,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
@@ -33,7 +36,7 @@ from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Change, PoisonRecord, last_per_key, parse_record
 from cdcsync.sync.mapping import TableMapping, map_row
-from cdcsync.sync.sink import Row, Sink
+from cdcsync.sync.sink import Row, Sink, WriteResult
 
 log = logging.getLogger("cdcsync.follower")
 
@@ -46,16 +49,71 @@ class Record(NamedTuple):
     value: bytes | None
 
 
+# Rows to write, reduced to the last change per key, and how to find the record a rejected row came from.
+Chunk = tuple[list[Row], Callable[[Change], Record]]
+
+
 @dataclass
 class BatchCounts:
+    """What one batch did. It adds up: ``consumed = applied + older + tombstones + dead_lettered``.
+
+    The rest feeds the metrics. A batch applied on several executors is the
+    ``merge`` of their counts, carried back to the driver as JSON.
+    """
+
     consumed: int = 0
     applied: int = 0
     older: int = 0
     tombstones: int = 0
     dead_lettered: int = 0
+    applied_by_op: dict[str, int] = field(default_factory=dict)  # "unknown" when the sink skipped some rows
+    newest_commit_ms: dict[str, int] = field(default_factory=dict)  # table -> newest source commit applied
+    lags_s: list[float] = field(default_factory=list)  # source commit -> written, per applied change
+    waited_s: float = 0.0  # time parsing stood still, waiting for the sink
 
     def adds_up(self) -> bool:
         return self.consumed == self.applied + self.older + self.tombstones + self.dead_lettered
+
+    def count_written(self, rows: Sequence[Row], result: WriteResult) -> None:
+        self.applied += result.applied
+        self.older += result.stale
+        if result.applied != len(rows):  # which rows applied is unknown: count them, no per-op detail
+            if result.applied:
+                self.applied_by_op["unknown"] = self.applied_by_op.get("unknown", 0) + result.applied
+            return
+        now_ms = time.time() * 1000
+        for row in rows:
+            change = row.change
+            self.applied_by_op[change.op] = self.applied_by_op.get(change.op, 0) + 1
+            if change.commit_ts_ms:
+                self.lags_s.append(max(now_ms - change.commit_ts_ms, 0) / 1000)
+                if change.commit_ts_ms > self.newest_commit_ms.get(change.table, 0):
+                    self.newest_commit_ms[change.table] = change.commit_ts_ms
+
+    def merge(self, other: BatchCounts) -> BatchCounts:
+        merged = BatchCounts(
+            consumed=self.consumed + other.consumed,
+            applied=self.applied + other.applied,
+            older=self.older + other.older,
+            tombstones=self.tombstones + other.tombstones,
+            dead_lettered=self.dead_lettered + other.dead_lettered,
+            applied_by_op=dict(self.applied_by_op),
+            newest_commit_ms=dict(self.newest_commit_ms),
+            lags_s=self.lags_s + other.lags_s,
+            waited_s=self.waited_s + other.waited_s,
+        )
+        for op, n in other.applied_by_op.items():
+            merged.applied_by_op[op] = merged.applied_by_op.get(op, 0) + n
+        for table, ts in other.newest_commit_ms.items():
+            merged.newest_commit_ms[table] = max(ts, merged.newest_commit_ms.get(table, 0))
+        return merged
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> BatchCounts:
+        return cls(**orjson.loads(raw))
 
 
 def snapshot_record(change: Change, doc: Any = None) -> Record:
@@ -104,15 +162,28 @@ class Follower:
         mappings: Mapping[str, TableMapping],
         dead_letters: DeadLetters,
         max_attempts: int = 8,
+        report: bool = True,
     ) -> None:
         self.name, self.sink, self.mappings, self.dead_letters = name, sink, mappings, dead_letters
         self.max_attempts = max_attempts
+        self.report = report  # log and count each batch here; False on executors, whose driver does it
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"cdcsync-{name}-writer")
 
     def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
         started = time.monotonic()
         counts = BatchCounts()
+        return self._apply(batch_id, counts, self._mapped_chunks(records, counts), started)
+
+    def _mapped_chunks(self, records: Iterable[Record], counts: BatchCounts) -> Iterator[Chunk]:
+        """Parse and map records, ``sink.chunk_rows`` at a time, each chunk reduced to its last change per key.
+
+        A key's changes may fall into two chunks; both are written, in order,
+        and the apply rule keeps the newer one. Superseded changes inside a
+        chunk count as ``older``.
+        """
         rows: list[Row] = []
         origin: dict[tuple[str, int, int], Record] = {}
+        size = self.sink.chunk_rows
         for record in records:
             counts.consumed += 1
             try:
@@ -128,9 +199,16 @@ class Follower:
             except PoisonRecord as err:
                 counts.dead_lettered += 1
                 self.dead_letters.send(record, "parse", str(err))
+            if size and len(rows) >= size:
+                yield self._reduced(rows, origin, counts)
+                rows, origin = [], {}
+        if rows:
+            yield self._reduced(rows, origin, counts)
+
+    def _reduced(self, rows: list[Row], origin: dict[tuple[str, int, int], Record], counts: BatchCounts) -> Chunk:
         latest = self._last_per_key(rows)
         counts.older += len(rows) - len(latest)
-        return self._apply(batch_id, counts, latest, lambda c: origin[(c.topic, c.partition, c.offset)], started)
+        return latest, lambda c: origin[(c.topic, c.partition, c.offset)]
 
     def apply_rows(self, batch_id: int, rows: list[Row], failed: Sequence[tuple[Record, str]] = ()) -> BatchCounts:
         """Write rows read from the source itself (``bootstrap --from source``), one per key.
@@ -144,27 +222,43 @@ class Follower:
             counts.dead_lettered += 1
             self.dead_letters.send(record, "snapshot", reason)
         docs = {id(r.change): r.doc for r in rows}
-        return self._apply(batch_id, counts, rows, lambda c: snapshot_record(c, docs.get(id(c))), started)
+        chunk: Chunk = (rows, lambda c: snapshot_record(c, docs.get(id(c))))
+        return self._apply(batch_id, counts, iter([chunk]), started)
 
-    def _apply(
-        self,
-        batch_id: int,
-        counts: BatchCounts,
-        latest: list[Row],
-        record_of: Callable[[Change], Record],
-        started: float,
-    ) -> BatchCounts:
-        result = self._write(batch_id, latest)
-        counts.applied += result.applied
-        counts.older += result.stale
-        for row, reason in result.rejected:
-            counts.dead_lettered += 1
-            self.dead_letters.send(record_of(row.change), "sink", reason)
+    def _apply(self, batch_id: int, counts: BatchCounts, chunks: Iterator[Chunk], started: float) -> BatchCounts:
+        """Write chunk after chunk; the write of one overlaps with parsing and mapping the next.
+
+        One writer thread and at most one chunk in flight keep the chunks'
+        writes in log order. The sink's server does its work while this
+        thread parses (the client waits on the network, outside the GIL).
+        """
+        in_flight: tuple[Future[WriteResult], Chunk] | None = None
+        for chunk in chunks:
+            if in_flight is not None:
+                mark = time.monotonic()
+                self._settle(*in_flight, counts)
+                counts.waited_s += time.monotonic() - mark
+            in_flight = (self._writer.submit(self._write, batch_id, chunk[0]), chunk)
+        if in_flight is not None:
+            self._settle(*in_flight, counts)
         self.dead_letters.flush()
-        elapsed = time.monotonic() - started
-        metrics.record_batch(self.name, latest, result, counts.dead_lettered, elapsed)
+        if self.report:
+            self.log_batch(batch_id, counts, time.monotonic() - started)
+        else:
+            self.check(batch_id, counts)
+        return counts
+
+    def check(self, batch_id: int, counts: BatchCounts) -> None:
+        if not counts.adds_up():
+            raise FatalError(f"follower {self.name} batch {batch_id}: counts do not add up: {counts}")
+
+    def log_batch(self, batch_id: int, counts: BatchCounts, elapsed_s: float) -> None:
+        """The batch's metrics and its one log line."""
+        self.check(batch_id, counts)
+        metrics.record_batch(self.name, counts, elapsed_s)
         log.info(
-            "follower=%s batch=%d consumed=%d applied=%d older=%d tombstones=%d dead_lettered=%d ms=%.0f",
+            "follower=%s batch=%d consumed=%d applied=%d older=%d tombstones=%d dead_lettered=%d ms=%.0f"
+            " waited_for_sink_ms=%.0f",
             self.name,
             batch_id,
             counts.consumed,
@@ -172,18 +266,24 @@ class Follower:
             counts.older,
             counts.tombstones,
             counts.dead_lettered,
-            elapsed * 1000,
+            elapsed_s * 1000,
+            counts.waited_s * 1000,
         )
-        if not counts.adds_up():
-            raise FatalError(f"follower {self.name} batch {batch_id}: counts do not add up: {counts}")
-        return counts
+
+    def _settle(self, future: Future[WriteResult], chunk: Chunk, counts: BatchCounts) -> None:
+        rows, record_of = chunk
+        result = future.result()
+        counts.count_written(rows, result)
+        for row, reason in result.rejected:
+            counts.dead_lettered += 1
+            self.dead_letters.send(record_of(row.change), "sink", reason)
 
     @staticmethod
     def _last_per_key(rows: Sequence[Row]) -> list[Row]:
         by_change = {id(r.change): r for r in rows}
         return [by_change[id(c)] for c in last_per_key([r.change for r in rows])]
 
-    def _write(self, batch_id: int, rows: list[Row]) -> Any:
+    def _write(self, batch_id: int, rows: list[Row]) -> WriteResult:
         delay = 0.5
         for attempt in range(1, self.max_attempts + 1):
             try:

@@ -36,6 +36,8 @@ How atomic the switch is depends on the server; each sink's docstring says.
 member                     contract
 =========================  ============================================================
 ``name``                   the follower's name, for logs and metrics
+``chunk_rows``             records per ``write`` call: the follower parses the next chunk while
+                           one is written (``None``: the whole batch in one call)
 ``open(mappings)``         connect, create what is missing (index + alias, script, table)
 ``write(batch_id, rows)``  apply a batch of ``Row``; return a ``WriteResult``
 ``held(target)``           every live row the store holds: ``{id: (version, doc)}``
@@ -87,6 +89,7 @@ class WriteResult:
 
 class Sink(Protocol):
     name: str
+    chunk_rows: int | None
 
     def open(self, mappings: Sequence[TableMapping]) -> None: ...
 

@@ -12,14 +12,16 @@ hence ``failOnDataLoss=false``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
 from cdcsync.spark import state_dir
+from cdcsync.sync import executors
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.follower import DeadLetters, Follower, Record
 from cdcsync.sync.mapping import TableMapping
@@ -137,16 +139,20 @@ def start_query(
         .option("startingOffsets", starting_offsets(config, cfg, sorted(follower.mappings)))
         .option("failOnDataLoss", "false")
         .option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
-        .load()
-        .select("topic", "partition", "offset", "key", "value")
     )
+    if cfg.kind in executors.KINDS:
+        # Split each Kafka partition's slice of a batch so every core gets a task (see sync.executors).
+        source = source.option("minPartitions", str(spark.sparkContext.defaultParallelism))
+        batch = executors.batch_function(config, follower)
+    else:
 
-    def batch(df: DataFrame, batch_id: int) -> None:
-        rows = df.collect()
-        follower.process(batch_id, (Record(r[0], r[1], r[2], _bytes(r[3]), _bytes(r[4])) for r in rows))
+        def batch(df: DataFrame, batch_id: int) -> None:
+            follower.process(batch_id, records_of(df))
 
     writer = (
-        source.writeStream.queryName(f"cdcsync-{cfg.name}")
+        source.load()
+        .select("topic", "partition", "offset", "key", "value")
+        .writeStream.queryName(f"cdcsync-{cfg.name}")
         .foreachBatch(batch)
         .option("checkpointLocation", str(checkpoint_dir(config, cfg)))
     )
@@ -158,5 +164,13 @@ def start_query(
     return writer.start()
 
 
-def _bytes(value: Any) -> bytes | None:
-    return None if value is None else bytes(value)
+def records_of(df: DataFrame) -> Iterator[Record]:
+    """The batch's Kafka records, handed from the JVM to Python as Arrow columns.
+
+    Arrow moves whole columns at once, where ``collect()`` pickles every row
+    and builds a ``Row`` object per record; on a batch of 50k records the
+    hand-off drops from over a second to a fraction of one.
+    """
+    table = df.toArrow()
+    columns = [table.column(name).to_pylist() for name in ("topic", "partition", "offset", "key", "value")]
+    return (Record(*fields) for fields in zip(*columns, strict=True))

@@ -126,6 +126,8 @@ class _Table:
 class DeltaSink:
     """Applies batches to Delta tables under ``path`` (see the module docstring)."""
 
+    chunk_rows: int | None = None  # one MERGE per batch: a Delta commit costs seconds, chunks would multiply them
+
     def __init__(
         self, name: str, spark: SparkSession, path: str, soft_delete: bool = False, history: bool = False
     ) -> None:

@@ -88,6 +88,8 @@ RETRYABLE_TYPES = {"es_rejected_execution_exception", "circuit_breaking_exceptio
 class ElasticsearchSink:
     """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
 
+    chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
+
     def __init__(
         self, name: str, url: str, index_prefix: str = "", *, index_settings: Mapping[str, Any] | None = None
     ) -> None:

@@ -168,6 +168,8 @@ APPLY_SHA, PROMOTE_SHA = SCRIPTS["apply"][1], SCRIPTS["promote"][1]
 class RedisSink:
     """Applies rows to ``<prefix>:<target>:<doc_id>`` hashes; see the module docstring."""
 
+    chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
+
     def __init__(self, name: str, url: str, prefix: str = "cdc") -> None:
         self.name = name
         self.url = redact_url(url)
