@@ -98,18 +98,18 @@ class Scenario:
         return self.followers[follower].sink.held(target)
 
 
-def numbered_table(t: str, rows: int) -> dict[str, list[str]]:
-    """DDL by kind for ``scenario``: a Postgres table ``t (id, v)`` holding ids 1..rows, v = id."""
-    return {
-        "postgres": [
-            f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL)",
-            f"INSERT INTO {t} SELECT g, g FROM generate_series(1, {rows}) g",
-        ]
-    }
+def numbered_table(t: str, rows: int, kind: str = "postgres") -> dict[str, list[str]]:
+    """DDL for ``scenario``: a table ``t (id, v)`` holding ids 1..rows, v = id."""
+    series = (
+        f"SELECT g, g FROM generate_series(1, {rows}) g"
+        if kind == "postgres"
+        else f"SELECT seq, seq FROM seq_1_to_{rows}"
+    )
+    return {kind: [f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL)", f"INSERT INTO {t} {series}"]}
 
 
 @contextmanager
-def writing(t: str, rows: int) -> Iterator[None]:
+def writing(t: str, rows: int, kind: str = "postgres") -> Iterator[None]:
     """A thread changes ``numbered_table`` t until the block ends, a few hundred changes/s.
 
     Per transaction: insert a new id (from 100001), update one of ids
@@ -124,7 +124,7 @@ def writing(t: str, rows: int) -> Iterator[None]:
             while not stop.is_set():
                 i += 1
                 execute(
-                    "postgres",
+                    kind,
                     f"INSERT INTO {t} VALUES ({i}, {i})",
                     f"UPDATE {t} SET v = v + 1 WHERE id = {i % rows + 1}",
                     f"DELETE FROM {t} WHERE id = {i - 20} AND id > 100000",

@@ -29,12 +29,14 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def test_bootstrap_under_writes_then_stream_from_the_recorded_offsets(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+def test_bootstrap_under_writes_then_stream_from_the_recorded_offsets(spark: Any, tmp_path: Path, kind: str) -> None:
     t = f"boot_{uid()}"
-    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, numbered_table(t, 3000)) as sc:
-        execute("postgres", f"UPDATE {t} SET v = -v WHERE id % 7 = 0", f"DELETE FROM {t} WHERE id % 11 = 0")
+    namespace = "public" if kind == "postgres" else "inventory"
+    with scenario(spark, tmp_path, {kind: [f"{namespace}.{t}"]}, numbered_table(t, 3000, kind)) as sc:
+        execute(kind, f"UPDATE {t} SET v = -v WHERE id % 7 = 0", f"DELETE FROM {t} WHERE id % 11 = 0")
         sc.caught_up()
-        with writing(t, 3000):
+        with writing(t, 3000, kind):
             time.sleep(2)
             for cfg in sc.config.followers:
                 follower = build_follower(sc.config, cfg, spark)
