@@ -170,6 +170,67 @@ def test_a_row_redis_refuses_is_rejected_and_the_rest_applied(sink: RedisSink, c
     assert set(sink.held("items")) == {"1", "4"}
 
 
+def test_a_refused_row_among_many_is_rejected_alone(sink: RedisSink, client: redis.Redis) -> None:
+    client.set(sink.row_key("items", "5"), "not a hash")
+    client.set(sink.marker_key("other"), "not a hash either")  # every row of target "other" is refused
+    rows = [upsert("items", i, 10, name=f"n{i}") for i in range(10)]
+    rows[3:3] = [upsert("other", 1, 10, name="x"), delete("other", 2, 10)]
+    result = sink.write(1, rows)
+    assert (result.applied, result.stale) == (9, 0)
+    assert sorted((row.target, row.doc_id) for row, _ in result.rejected) == [
+        ("items", "5"),
+        ("other", "1"),
+        ("other", "2"),
+    ]
+    assert all("WRONGTYPE" in reason for _, reason in result.rejected)
+    assert set(sink.held("items")) == {str(i) for i in range(10)} - {"5"}
+    assert client.get(sink.row_key("items", "5")) == "not a hash"
+
+
+def test_upserts_deletes_and_stale_rows_in_one_batch_are_counted_exactly(sink: RedisSink, client: redis.Redis) -> None:
+    sink.write(1, [upsert("items", i, 10, name=f"old {i}") for i in range(1, 5)] + [delete("items", 5, 10)])
+    result = sink.write(
+        2,
+        [
+            upsert("items", 1, 20, name="newer"),  # applied
+            upsert("items", 2, 10, name="same version"),  # stale
+            delete("items", 3, 20),  # applied: the row goes
+            delete("items", 4, 5),  # stale: older than the row
+            upsert("items", 5, 9, name="older than its delete"),  # stale
+            upsert("items", 6, 1, name="new row"),  # applied
+            delete("items", 7, 1),  # applied: a delete of a row never seen leaves its marker
+            upsert("items", 8, 1, _v="collides"),  # rejected before the server
+        ],
+    )
+    assert (result.applied, result.stale, [row.doc_id for row, _ in result.rejected]) == (4, 3, ["8"])
+    assert sink.held("items") == {
+        "1": (20, {"id": "1", "name": "newer"}),
+        "2": (10, {"id": "2", "name": "old 2"}),
+        "4": (10, {"id": "4", "name": "old 4"}),
+        "6": (1, {"id": "6", "name": "new row"}),
+    }
+    assert client.hgetall(sink.marker_key("items")) == {"3": "20", "5": "10", "7": "1"}
+
+
+def test_interleaved_outcomes_over_thousands_of_rows_map_to_their_rows(sink: RedisSink) -> None:
+    # Every third row is stale and every third a delete, so an answer attributed to the wrong row shows.
+    sink.write(1, [upsert("items", i, 100, name=f"first {i}") for i in range(2500)])
+    rows = [
+        upsert("items", i, 200, name=f"second {i}")
+        if i % 3 == 0
+        else upsert("items", i, 50, name="stale")
+        if i % 3 == 1
+        else delete("items", i, 200)
+        for i in range(2500)
+    ]
+    result = sink.write(2, rows)
+    assert (result.applied, result.stale, result.rejected) == (1667, 833, [])
+    held = sink.held("items")
+    assert set(held) == {str(i) for i in range(2500) if i % 3 != 2}
+    assert all(held[str(i)] == (200, {"id": str(i), "name": f"second {i}"}) for i in range(0, 2500, 3))
+    assert all(held[str(i)] == (100, {"id": str(i), "name": f"first {i}"}) for i in range(1, 2500, 3))
+
+
 def test_a_few_thousand_rows_round_trip(sink: RedisSink) -> None:
     first = [upsert("items", i, 100, name=f"row {i}", price=Decimal(i) / 100) for i in range(3500)]
     result = sink.write(1, first)
