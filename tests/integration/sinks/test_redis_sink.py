@@ -253,6 +253,33 @@ def test_a_few_thousand_rows_round_trip(sink: RedisSink) -> None:
     assert "2600" not in held and held["3005"][0] == 100
 
 
+def test_a_row_with_more_fields_than_one_hset_takes_round_trips(sink: RedisSink) -> None:
+    wide = {f"c{n}": f"v{n}" for n in range(5000)}  # 10,000 strings: beyond what Lua's unpack() takes at once
+    rows = [upsert("items", 1, 10, name="a"), upsert("items", 2, 10, **wide), upsert("items", 3, 10, name="c")]
+    result = sink.write(1, rows)
+    assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+    held = sink.held("items")
+    assert held["2"] == (10, {"id": "2", **wide}) and set(held) == {"1", "2", "3"}
+
+
+def test_a_script_failure_outside_any_command_rejects_only_its_row(
+    sink: RedisSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script_args = sink._script_args
+
+    def corrupt(row: Row) -> tuple[list[str], list[str]]:
+        keys, argv = script_args(row)
+        if row.doc_id == "5":
+            argv[3] = "not a count"  # the script's arithmetic fails: the whole call errors
+        return keys, argv
+
+    monkeypatch.setattr(sink, "_script_args", corrupt)
+    result = sink.write(1, [upsert("items", i, 10, name=f"n{i}") for i in range(10)])
+    assert [row.doc_id for row, _ in result.rejected] == ["5"]
+    assert result.applied + result.stale == 9
+    assert set(sink.held("items")) == {str(i) for i in range(10)} - {"5"}
+
+
 def test_the_script_is_reloaded_after_the_server_lost_it(sink: RedisSink, client: redis.Redis) -> None:
     client.script_flush()  # what a Redis restart does to the script cache
     result = sink.write(1, [upsert("items", i, 10, name="a") for i in range(3)])
