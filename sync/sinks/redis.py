@@ -16,7 +16,7 @@ Guarantees (``cdcsync.sync.sink``):
   compared as decimal strings, never as Lua numbers (doubles lose precision
   above 2^53, and versions use 63 bits). One script call applies many rows in
   order and answers per row: a call per row spent most of its time on per-call
-  costs. Calls are bounded (``ROWS_PER_CALL``, ``STRINGS_PER_CALL``) because a
+  costs. Calls are bounded (``ROWS_PER_CALL``, ``BYTES_PER_CALL``) because a
   running script makes every other client of the server wait.
 - **Deletes remove the row** and leave a marker, so a replayed older write
   cannot resurrect it, and a delete of a row the sink never saw still wins
@@ -26,11 +26,12 @@ Guarantees (``cdcsync.sync.sink``):
   compare per field (a marker can be replaced by a newer delete between a read
   and an HDEL), i.e. a second script; it is left out until memory asks for it.
 - **Rejected rows**: a row Redis refuses (the key holds another type, a column
-  named ``_v``) is returned in ``rejected`` with the reason; the rest is
-  written, the other rows of its script call included: the script runs each
-  command with ``redis.pcall`` and returns its error as that row's answer, and
-  a row's reads come before its writes, so a refused row writes nothing. An
-  answer the sink cannot map raises ``FatalError``; it never counts as applied.
+  named ``_v``, text with no UTF-8 form) is returned in ``rejected`` with the
+  reason; the rest is written, the other rows of its script call included:
+  the script runs each command with ``redis.pcall`` and returns its error as
+  that row's answer, and a row's reads come before its writes, so a refused
+  row writes nothing. An answer the sink cannot map raises ``FatalError``; it
+  never counts as applied.
 - **Retryable**: connection errors, timeouts, LOADING, BUSY (a script running
   too long), OOM, READONLY/MASTERDOWN (failover). Rows already written stay
   written; replaying the whole batch is idempotent.
@@ -83,6 +84,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import redis
 from redis.exceptions import (
     AuthenticationError,
@@ -103,10 +105,10 @@ VERSION_FIELD = "_v"
 CHUNK = 1000  # commands per pipeline round trip: bounds client and server buffers on huge batches
 # One apply script call runs many rows (per-call costs, in redis-py and in the server, are what a
 # call per row paid for), bounded because a script blocks every other client of the server while it
-# runs: ROWS_PER_CALL rows or STRINGS_PER_CALL ARGV strings, whichever comes first.
-ROWS_PER_CALL = 250
-STRINGS_PER_CALL = 10_000
-CALLS_PER_ROUND = 8  # script calls per pipeline round trip
+# runs: ROWS_PER_CALL rows or BYTES_PER_CALL bytes of JSON, whichever comes first.
+ROWS_PER_CALL = 100
+BYTES_PER_CALL = 64 * 1024
+CALLS_PER_ROUND = 10  # script calls per pipeline round trip: ~1000 rows, as CHUNK bounds other rounds
 SCAN_COUNT = 1000
 # Error codes that pass on their own and that redis-py leaves at the start of the message.
 TRANSIENT = ("BUSY", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS")
@@ -123,11 +125,13 @@ local function newer(a, b)
   return false
 end
 """
-# Applies many rows in one call. KEYS: per row, its key and its target's marker hash. ARGV: per row,
-# doc id, version, op ('u' | 'd'), the count n of field and value strings that follow, then those n.
-# Returns one reply per row, in order: 1 applied, 0 stale (the store holds this version or a newer
-# one), or the error of the command Redis refused for that row. redis.pcall turns such an error into
-# a value, so one refused row does not abort the rows after it.
+# Applies many rows in one call. KEYS: per row, its key and its target's marker hash. ARGV[1]: a JSON
+# array with one array of strings per row, in KEYS order: doc id, version, op ('u' | 'd'), then field,
+# value, ... (one JSON argument instead of a dozen per row: redis-py's packing of many small arguments
+# cost more than the server's work). Every value is a JSON string, so cjson gives back the exact bytes
+# and never a number. Returns one reply per row, in order: 1 applied, 0 stale (the store holds this
+# version or a newer one), or the error of the command Redis refused for that row. redis.pcall turns
+# such an error into a value, so one refused row does not abort the rows after it.
 APPLY = (
     NEWER
     + """
@@ -135,16 +139,17 @@ local SLICE = 1000  -- field and value strings per HSET: unpack() is bounded by 
 
 local function failed(reply) return type(reply) == 'table' end  -- only an error reply is a table here
 
-local function hset(key, version, first, last)
-  local reply = redis.pcall('HSET', key, '_v', version, unpack(ARGV, first, math.min(first + SLICE - 1, last)))
-  for at = first + SLICE, last, SLICE do
+local function hset(key, version, r)
+  local reply = redis.pcall('HSET', key, '_v', version, unpack(r, 4, math.min(3 + SLICE, #r)))
+  for at = 4 + SLICE, #r, SLICE do
     if failed(reply) then return reply end
-    reply = redis.pcall('HSET', key, unpack(ARGV, at, math.min(at + SLICE - 1, last)))
+    reply = redis.pcall('HSET', key, unpack(r, at, math.min(at + SLICE - 1, #r)))
   end
   return reply
 end
 
-local function apply(row, marker, id, version, op, first, last)
+local function apply(row, marker, r)
+  local id, version = r[1], r[2]
   -- The reads come first: a key of another type refuses the row before anything is written.
   local held = redis.pcall('HGET', row, '_v')
   if failed(held) then return held end
@@ -154,21 +159,19 @@ local function apply(row, marker, id, version, op, first, last)
   if deleted and not newer(version, deleted) then return 0 end
   local reply = redis.pcall('DEL', row)
   if failed(reply) then return reply end
-  if op == 'd' then
+  if r[3] == 'd' then
     reply = redis.pcall('HSET', marker, id, version)
   else
-    reply = hset(row, version, first, last)
+    reply = hset(row, version, r)
     if deleted and not failed(reply) then reply = redis.pcall('HDEL', marker, id) end
   end
   if failed(reply) then return reply end
   return 1
 end
 
-local replies, at = {}, 1
-for k = 1, #KEYS, 2 do
-  local last = at + 3 + tonumber(ARGV[at + 3])
-  replies[#replies + 1] = apply(KEYS[k], KEYS[k + 1], ARGV[at], ARGV[at + 1], ARGV[at + 2], at + 4, last)
-  at = last + 1
+local replies = {}
+for i, r in ipairs(cjson.decode(ARGV[1])) do
+  replies[i] = apply(KEYS[2 * i - 1], KEYS[2 * i], r)
 end
 return replies
 """
@@ -276,30 +279,33 @@ class RedisSink:
         for row in rows:
             self._check_target(row.target)
             try:
-                keys, argv = self._script_args(row)
+                keys, encoded = self._script_args(row)
             except ValueError as err:
                 result.rejected.append((row, str(err)))
                 continue
-            if calls[-1].full(len(argv)):
+            if calls[-1].full(len(encoded)):
                 calls.append(_Call())
-            calls[-1].add(row, keys, argv)
+            calls[-1].add(row, keys, encoded)
         calls = [call for call in calls if call.rows]
         for start in range(0, len(calls), CALLS_PER_ROUND):
             result = result.merge(self._apply(calls[start : start + CALLS_PER_ROUND]))
         return result  # the follower logs the batch's counts
 
-    def _script_args(self, row: Row) -> tuple[list[str], list[str]]:
-        """The row's keys and its part of the apply script's ARGV (layout above APPLY)."""
+    def _script_args(self, row: Row) -> tuple[list[str], bytes]:
+        """The row's keys and its JSON array for the apply script (layout above APPLY)."""
         if row.version < 0:  # the script compares canonical non-negative decimal strings
             raise ValueError(f"version {row.version} is negative")
         keys = [self.row_key(row.target, row.doc_id), self.marker_key(row.target)]
+        head = [row.doc_id, str(row.version)]
         if row.doc is None:
-            return keys, [row.doc_id, str(row.version), "d", "0"]
+            return keys, orjson.dumps([*head, "d"])
         fields = self.stored_form(row.doc)
         if VERSION_FIELD in fields:
             raise ValueError(f"column {VERSION_FIELD!r} collides with the version field of the Redis sink")
-        pairs = [part for item in fields.items() for part in item]
-        return keys, [row.doc_id, str(row.version), "u", str(len(pairs)), *pairs]
+        try:
+            return keys, orjson.dumps([*head, "u", *(part for item in fields.items() for part in item)])
+        except orjson.JSONEncodeError as err:  # a lone surrogate: no UTF-8 form to store
+            raise ValueError(f"a field or value is not valid unicode: {err}") from None
 
     def _apply(self, calls: list[_Call]) -> WriteResult:
         result = WriteResult()
@@ -335,7 +341,7 @@ class RedisSink:
                 raise FatalError(f"redis {self.url}: the apply script answered {status!r:.200} for a row")
         return result
 
-    def _evalsha_all(self, sha: str, calls: list[tuple[list[str], list[str]]]) -> list[Any]:
+    def _evalsha_all(self, sha: str, calls: Sequence[tuple[list[str], Sequence[str | bytes]]]) -> list[Any]:
         """One script call per (keys, argv), pipelined; each call's reply or error, in order."""
         replies: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
@@ -343,7 +349,7 @@ class RedisSink:
             pipe = self._client.pipeline(transaction=False)
             for i in todo:
                 keys, argv = calls[i]
-                pipe.evalsha(sha, len(keys), *keys, *argv)
+                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)  # evalsha() is typed for str only
             try:
                 answers = pipe.execute(raise_on_error=False)
             except RedisError as err:
@@ -421,22 +427,23 @@ def _kind(err: RedisError) -> str:
 
 @dataclass
 class _Call:
-    """The rows of one apply script call, each with its keys and its part of ARGV."""
+    """The rows of one apply script call, each with its keys and its JSON array."""
 
-    rows: list[tuple[Row, list[str], list[str]]] = field(default_factory=list)
-    strings: int = 0  # ARGV strings so far
+    rows: list[tuple[Row, list[str], bytes]] = field(default_factory=list)
+    size: int = 0  # bytes of JSON so far
 
     def full(self, more: int) -> bool:
-        """Whether ``more`` ARGV strings would pass a bound (a call of one row never is)."""
-        return bool(self.rows) and (len(self.rows) >= ROWS_PER_CALL or self.strings + more > STRINGS_PER_CALL)
+        """Whether ``more`` bytes of JSON would pass a bound (a call of one row never is)."""
+        return bool(self.rows) and (len(self.rows) >= ROWS_PER_CALL or self.size + more > BYTES_PER_CALL)
 
-    def add(self, row: Row, keys: list[str], argv: list[str]) -> None:
-        self.rows.append((row, keys, argv))
-        self.strings += len(argv)
+    def add(self, row: Row, keys: list[str], encoded: bytes) -> None:
+        self.rows.append((row, keys, encoded))
+        self.size += len(encoded)
 
-    def args(self) -> tuple[list[str], list[str]]:
+    def args(self) -> tuple[list[str], list[str | bytes]]:
         """KEYS and ARGV of the call."""
-        return [k for _, keys, _ in self.rows for k in keys], [a for _, _, argv in self.rows for a in argv]
+        keys = [key for _, pair, _ in self.rows for key in pair]
+        return keys, [b"[" + b",".join(encoded for _, _, encoded in self.rows) + b"]"]
 
     def split(self) -> list[_Call]:
         return [_Call([part], len(part[2])) for part in self.rows]

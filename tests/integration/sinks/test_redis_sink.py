@@ -267,17 +267,25 @@ def test_a_script_failure_outside_any_command_rejects_only_its_row(
 ) -> None:
     script_args = sink._script_args
 
-    def corrupt(row: Row) -> tuple[list[str], list[str]]:
-        keys, argv = script_args(row)
-        if row.doc_id == "5":
-            argv[3] = "not a count"  # the script's arithmetic fails: the whole call errors
-        return keys, argv
+    def corrupt(row: Row) -> tuple[list[str], bytes]:
+        keys, encoded = script_args(row)
+        return keys, (b"not json" if row.doc_id == "5" else encoded)  # cjson fails: the whole call errors
 
     monkeypatch.setattr(sink, "_script_args", corrupt)
     result = sink.write(1, [upsert("items", i, 10, name=f"n{i}") for i in range(10)])
     assert [row.doc_id for row, _ in result.rejected] == ["5"]
     assert result.applied + result.stale == 9
     assert set(sink.held("items")) == {str(i) for i in range(10)} - {"5"}
+
+
+def test_any_text_reaches_redis_byte_for_byte(sink: RedisSink, client: redis.Redis) -> None:
+    odd = {"quote": 'a"b', "slash": "a\\b/c", "nul": "a\x00b", "lines": "a\nb\r\t", "accents": "é ü ß", "emoji": "😀"}
+    odd |= {"sep": "a\u2028b", "číslo": "12", "digits": "00123", "big": str(2**80), "empty": ""}
+    rows = [upsert("items", 1, 10, **odd), upsert("items", 2, 10, bad="\ud800"), upsert("items", 3, 10, name="c")]
+    result = sink.write(1, rows)
+    assert (result.applied, [row.doc_id for row, _ in result.rejected]) == (2, ["2"])
+    assert "unicode" in result.rejected[0][1]
+    assert client.hgetall(sink.row_key("items", "1")) == {"_v": "10", "id": "1", **odd}
 
 
 def test_the_script_is_reloaded_after_the_server_lost_it(sink: RedisSink, client: redis.Redis) -> None:
