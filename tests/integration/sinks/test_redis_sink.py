@@ -50,7 +50,7 @@ def sink(client: redis.Redis) -> Iterator[RedisSink]:
     sink.open([TableMapping("public.items", "items")])
     yield sink
     sink.close()
-    keys = list(client.scan_iter(match=f"{sink.prefix}:*", count=1000))
+    keys = [k for glob in (":*", "~*") for k in client.scan_iter(match=f"{sink.prefix}{glob}", count=1000)]
     for start in range(0, len(keys), 500):
         client.delete(*keys[start : start + 500])
 
@@ -286,6 +286,27 @@ def test_any_text_reaches_redis_byte_for_byte(sink: RedisSink, client: redis.Red
     assert (result.applied, [row.doc_id for row, _ in result.rejected]) == (2, ["2"])
     assert "unicode" in result.rejected[0][1]
     assert client.hgetall(sink.row_key("items", "1")) == {"_v": "10", "id": "1", **odd}
+
+
+def test_publish_promotes_the_staged_rows_and_markers_newer_than_the_live_ones(
+    sink: RedisSink, client: redis.Redis
+) -> None:
+    sink.write(
+        1, [upsert("items", 1, 10, name="live"), upsert("items", 2, 30, name="live, newer"), delete("items", 3, 5)]
+    )
+    sink.stage([TableMapping("public.items", "items")])
+    staged = [upsert("items", i, 20, name="staged") for i in (1, 2)] + [upsert("items", 3, 6, name="staged")]
+    result = sink.write(2, [*staged, delete("items", 4, 7)])
+    assert (result.applied, result.stale, result.rejected) == (4, 0, [])
+    assert set(sink.held("items")) == {"1", "2", "3"}  # the staged generation, not the live rows
+    sink.publish()
+    assert sink.held("items") == {
+        "1": (20, {"id": "1", "name": "staged"}),
+        "2": (30, {"id": "2", "name": "live, newer"}),
+        "3": (6, {"id": "3", "name": "staged"}),
+    }
+    assert client.hgetall(sink.marker_key("items")) == {"4": "7"}
+    assert not list(client.scan_iter(match=f"{sink.prefix}~*"))
 
 
 def test_the_script_is_reloaded_after_the_server_lost_it(sink: RedisSink, client: redis.Redis) -> None:
