@@ -8,13 +8,16 @@ Layout (``P`` is the sink's ``prefix``, ``T`` a target):
 
 Guarantees (``cdcsync.sync.sink``):
 
-- **Apply rule**, atomically per key inside one Lua script: the held version
+- **Apply rule**, atomically per key inside a Lua script: the held version
   is the larger of the row's ``_v`` and its delete marker; a change whose
   version is not higher is a no-op counted as ``stale``. An upsert replaces
   the whole hash (DEL then HSET, so dropped columns do not linger) and clears
   the marker; a delete removes the row and records the marker. Versions are
   compared as decimal strings, never as Lua numbers (doubles lose precision
-  above 2^53, and versions use 63 bits).
+  above 2^53, and versions use 63 bits). One script call applies many rows in
+  order and answers per row: a call per row spent most of its time on per-call
+  costs. Calls are bounded (``ROWS_PER_CALL``, ``BYTES_PER_CALL``) because a
+  running script makes every other client of the server wait.
 - **Deletes remove the row** and leave a marker, so a replayed older write
   cannot resurrect it, and a delete of a row the sink never saw still wins
   over the older snapshot of it arriving later. Trade-off: markers are kept
@@ -23,7 +26,12 @@ Guarantees (``cdcsync.sync.sink``):
   compare per field (a marker can be replaced by a newer delete between a read
   and an HDEL), i.e. a second script; it is left out until memory asks for it.
 - **Rejected rows**: a row Redis refuses (the key holds another type, a column
-  named ``_v``) is returned in ``rejected`` with the reason; the rest is written.
+  named ``_v``, text with no UTF-8 form) is returned in ``rejected`` with the
+  reason; the rest is written, the other rows of its script call included:
+  the script runs each command with ``redis.pcall`` and returns its error as
+  that row's answer, and a row's reads come before its writes, so a refused
+  row writes nothing. An answer the sink cannot map raises ``FatalError``; it
+  never counts as applied.
 - **Retryable**: connection errors, timeouts, LOADING, BUSY (a script running
   too long), OOM, READONLY/MASTERDOWN (failover). Rows already written stay
   written; replaying the whole batch is idempotent.
@@ -73,8 +81,10 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import redis
 from redis.exceptions import (
     AuthenticationError,
@@ -93,6 +103,12 @@ from cdcsync.sync.sink import Row, WriteResult, redact_url
 
 VERSION_FIELD = "_v"
 CHUNK = 1000  # commands per pipeline round trip: bounds client and server buffers on huge batches
+# One apply script call runs many rows (per-call costs, in redis-py and in the server, are what a
+# call per row paid for), bounded because a script blocks every other client of the server while it
+# runs: ROWS_PER_CALL rows or BYTES_PER_CALL bytes of JSON, whichever comes first.
+ROWS_PER_CALL = 100
+BYTES_PER_CALL = 64 * 1024
+CALLS_PER_ROUND = 10  # script calls per pipeline round trip: ~1000 rows, as CHUNK bounds other rounds
 SCAN_COUNT = 1000
 # Error codes that pass on their own and that redis-py leaves at the start of the message.
 TRANSIENT = ("BUSY", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS")
@@ -109,24 +125,55 @@ local function newer(a, b)
   return false
 end
 """
-# KEYS: row key, marker hash. ARGV: doc id, version, op ('u' | 'd'), then field, value, ...
-# Returns 1 when applied, 0 when the store holds this version or a newer one.
+# Applies many rows in one call. KEYS: per row, its key and its target's marker hash. ARGV[1]: a JSON
+# array with one array of strings per row, in KEYS order: doc id, version, op ('u' | 'd'), then field,
+# value, ... (one JSON argument instead of a dozen per row: redis-py's packing of many small arguments
+# cost more than the server's work). Every value is a JSON string, so cjson gives back the exact bytes
+# and never a number. Returns one reply per row, in order: 1 applied, 0 stale (the store holds this
+# version or a newer one), or the error of the command Redis refused for that row. redis.pcall turns
+# such an error into a value, so one refused row does not abort the rows after it.
 APPLY = (
     NEWER
     + """
-local version = ARGV[2]
-local row = redis.call('HGET', KEYS[1], '_v')
-if row and not newer(version, row) then return 0 end
-local marker = redis.call('HGET', KEYS[2], ARGV[1])
-if marker and not newer(version, marker) then return 0 end
-redis.call('DEL', KEYS[1])
-if ARGV[3] == 'd' then
-  redis.call('HSET', KEYS[2], ARGV[1], version)
-else
-  redis.call('HSET', KEYS[1], '_v', version, unpack(ARGV, 4))
-  if marker then redis.call('HDEL', KEYS[2], ARGV[1]) end
+local SLICE = 1000  -- field and value strings per HSET: unpack() is bounded by Lua's C stack (~8000)
+
+local function failed(reply) return type(reply) == 'table' end  -- only an error reply is a table here
+
+local function hset(key, version, r)
+  local reply = redis.pcall('HSET', key, '_v', version, unpack(r, 4, math.min(3 + SLICE, #r)))
+  for at = 4 + SLICE, #r, SLICE do
+    if failed(reply) then return reply end
+    reply = redis.pcall('HSET', key, unpack(r, at, math.min(at + SLICE - 1, #r)))
+  end
+  return reply
 end
-return 1
+
+local function apply(row, marker, r)
+  local id, version = r[1], r[2]
+  -- The reads come first: a key of another type refuses the row before anything is written.
+  local held = redis.pcall('HGET', row, '_v')
+  if failed(held) then return held end
+  if held and not newer(version, held) then return 0 end
+  local deleted = redis.pcall('HGET', marker, id)
+  if failed(deleted) then return deleted end
+  if deleted and not newer(version, deleted) then return 0 end
+  local reply = redis.pcall('DEL', row)
+  if failed(reply) then return reply end
+  if r[3] == 'd' then
+    reply = redis.pcall('HSET', marker, id, version)
+  else
+    reply = hset(row, version, r)
+    if deleted and not failed(reply) then reply = redis.pcall('HDEL', marker, id) end
+  end
+  if failed(reply) then return reply end
+  return 1
+end
+
+local replies = {}
+for i, r in ipairs(cjson.decode(ARGV[1])) do
+  replies[i] = apply(KEYS[2 * i - 1], KEYS[2 * i], r)
+end
+return replies
 """
 )
 # Publish one staged key. KEYS: staged row key or staged marker hash, live row key, live marker hash.
@@ -220,60 +267,91 @@ class RedisSink:
 
     def _promote(self, target: str, kind: str, staged: list[tuple[str, str]]) -> None:
         live = self.marker_key(target, self.prefix)
-        calls = [[key, self.row_key(target, i, self.prefix), live, i, kind] for key, i in staged]
-        for reply in self._evalsha_all(PROMOTE_SHA, 3, calls):
+        calls = [([key, self.row_key(target, i, self.prefix), live], [i, kind]) for key, i in staged]
+        for reply in self._evalsha_all(PROMOTE_SHA, calls):
             if isinstance(reply, RedisError):
                 raise self._mapped(reply, "publish")
 
     # ------------------------------------------------------------------ write
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
-        """Run the apply script once per row, pipelined in rounds of CHUNK rows."""
+        """Apply the rows in script calls of many rows each, several calls pipelined per round trip."""
         result = WriteResult()
-        pending: list[tuple[Row, list[str]]] = []
+        calls: list[_Call] = [_Call()]
         for row in rows:
             self._check_target(row.target)
             try:
-                pending.append((row, self._script_args(row)))
+                keys, encoded = self._script_args(row)
             except ValueError as err:
                 result.rejected.append((row, str(err)))
-        for start in range(0, len(pending), CHUNK):
-            result = result.merge(self._apply(pending[start : start + CHUNK]))
+                continue
+            if calls[-1].full(len(encoded)):
+                calls.append(_Call())
+            calls[-1].add(row, keys, encoded)
+        calls = [call for call in calls if call.rows]
+        for start in range(0, len(calls), CALLS_PER_ROUND):
+            result = result.merge(self._apply(calls[start : start + CALLS_PER_ROUND]))
         return result  # the follower logs the batch's counts
 
-    def _script_args(self, row: Row) -> list[str]:
+    def _script_args(self, row: Row) -> tuple[list[str], bytes]:
+        """The row's keys and its JSON array for the apply script (layout above APPLY)."""
         if row.version < 0:  # the script compares canonical non-negative decimal strings
             raise ValueError(f"version {row.version} is negative")
         keys = [self.row_key(row.target, row.doc_id), self.marker_key(row.target)]
+        head = [row.doc_id, str(row.version)]
         if row.doc is None:
-            return [*keys, row.doc_id, str(row.version), "d"]
+            return keys, orjson.dumps([*head, "d"])
         fields = self.stored_form(row.doc)
         if VERSION_FIELD in fields:
             raise ValueError(f"column {VERSION_FIELD!r} collides with the version field of the Redis sink")
-        return [*keys, row.doc_id, str(row.version), "u", *(part for item in fields.items() for part in item)]
+        try:
+            return keys, orjson.dumps([*head, "u", *(part for item in fields.items() for part in item)])
+        except orjson.JSONEncodeError as err:  # a lone surrogate: no UTF-8 form to store
+            raise ValueError(f"a field or value is not valid unicode: {err}") from None
 
-    def _apply(self, pending: list[tuple[Row, list[str]]]) -> WriteResult:
+    def _apply(self, calls: list[_Call]) -> WriteResult:
         result = WriteResult()
-        replies = self._evalsha_all(APPLY_SHA, 2, [args for _row, args in pending])
-        for (row, _args), reply in zip(pending, replies, strict=True):
-            if isinstance(reply, RedisError):
-                if _kind(reply) != "reject":
-                    raise self._mapped(reply, "write")
-                result.rejected.append((row, str(reply)))
-            elif reply == 1:
-                result.applied += 1
+        for call, reply in zip(calls, self._evalsha_all(APPLY_SHA, [c.args() for c in calls]), strict=True):
+            if isinstance(reply, RedisError) and _kind(reply) == "reject" and len(call.rows) > 1:
+                # The script itself failed, not a command of one row (those come back per row): run
+                # these rows one per call, so whatever causes it rejects its own row only. Rows the
+                # failed call applied already count as stale then.
+                result = result.merge(self._apply(call.split()))
             else:
-                result.stale += 1
+                result = result.merge(self._outcomes(call, reply))
         return result
 
-    def _evalsha_all(self, sha: str, numkeys: int, calls: list[list[str]]) -> list[Any]:
-        """One script call per argument list, pipelined; each call's reply or error, in order."""
+    def _outcomes(self, call: _Call, reply: Any) -> WriteResult:
+        """Count one call's per-row replies; an answer that is not one of them stops the batch."""
+        if isinstance(reply, RedisError):
+            if _kind(reply) != "reject":
+                raise self._mapped(reply, "write")
+            return WriteResult(rejected=[(row, str(reply)) for row, _, _ in call.rows])  # a call of one row
+        if not isinstance(reply, list) or len(reply) != len(call.rows):
+            raise FatalError(f"redis {self.url}: the apply script answered {len(call.rows)} rows with {reply!r:.200}")
+        result = WriteResult()
+        for (row, _, _), status in zip(call.rows, reply, strict=True):
+            if isinstance(status, RedisError):
+                if _kind(status) != "reject":
+                    raise self._mapped(status, "write")
+                result.rejected.append((row, str(status)))
+            elif status == 1:
+                result.applied += 1
+            elif status == 0:
+                result.stale += 1
+            else:
+                raise FatalError(f"redis {self.url}: the apply script answered {status!r:.200} for a row")
+        return result
+
+    def _evalsha_all(self, sha: str, calls: Sequence[tuple[list[str], Sequence[str | bytes]]]) -> list[Any]:
+        """One script call per (keys, argv), pipelined; each call's reply or error, in order."""
         replies: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for _attempt in range(2):
             pipe = self._client.pipeline(transaction=False)
             for i in todo:
-                pipe.evalsha(sha, numkeys, *calls[i])
+                keys, argv = calls[i]
+                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)  # evalsha() is typed for str only
             try:
                 answers = pipe.execute(raise_on_error=False)
             except RedisError as err:
@@ -347,6 +425,30 @@ def _kind(err: RedisError) -> str:
     if isinstance(err, RedisConnectionError | RedisTimeoutError | OutOfMemoryError | ReadOnlyError):
         return "retry"
     return "retry" if str(err).split(" ", 1)[0] in TRANSIENT else "reject"
+
+
+@dataclass
+class _Call:
+    """The rows of one apply script call, each with its keys and its JSON array."""
+
+    rows: list[tuple[Row, list[str], bytes]] = field(default_factory=list)
+    size: int = 0  # bytes of JSON so far
+
+    def full(self, more: int) -> bool:
+        """Whether ``more`` bytes of JSON would pass a bound (a call of one row never is)."""
+        return bool(self.rows) and (len(self.rows) >= ROWS_PER_CALL or self.size + more > BYTES_PER_CALL)
+
+    def add(self, row: Row, keys: list[str], encoded: bytes) -> None:
+        self.rows.append((row, keys, encoded))
+        self.size += len(encoded)
+
+    def args(self) -> tuple[list[str], list[str | bytes]]:
+        """KEYS and ARGV of the call."""
+        keys = [key for _, pair, _ in self.rows for key in pair]
+        return keys, [b"[" + b",".join(encoded for _, _, encoded in self.rows) + b"]"]
+
+    def split(self) -> list[_Call]:
+        return [_Call([part], len(part[2])) for part in self.rows]
 
 
 def _chunks(items: Iterable[str]) -> Iterator[list[str]]:

@@ -50,7 +50,7 @@ def sink(client: redis.Redis) -> Iterator[RedisSink]:
     sink.open([TableMapping("public.items", "items")])
     yield sink
     sink.close()
-    keys = list(client.scan_iter(match=f"{sink.prefix}:*", count=1000))
+    keys = [k for glob in (":*", "~*") for k in client.scan_iter(match=f"{sink.prefix}{glob}", count=1000)]
     for start in range(0, len(keys), 500):
         client.delete(*keys[start : start + 500])
 
@@ -170,6 +170,67 @@ def test_a_row_redis_refuses_is_rejected_and_the_rest_applied(sink: RedisSink, c
     assert set(sink.held("items")) == {"1", "4"}
 
 
+def test_a_refused_row_among_many_is_rejected_alone(sink: RedisSink, client: redis.Redis) -> None:
+    client.set(sink.row_key("items", "5"), "not a hash")
+    client.set(sink.marker_key("other"), "not a hash either")  # every row of target "other" is refused
+    rows = [upsert("items", i, 10, name=f"n{i}") for i in range(10)]
+    rows[3:3] = [upsert("other", 1, 10, name="x"), delete("other", 2, 10)]
+    result = sink.write(1, rows)
+    assert (result.applied, result.stale) == (9, 0)
+    assert sorted((row.target, row.doc_id) for row, _ in result.rejected) == [
+        ("items", "5"),
+        ("other", "1"),
+        ("other", "2"),
+    ]
+    assert all("WRONGTYPE" in reason for _, reason in result.rejected)
+    assert set(sink.held("items")) == {str(i) for i in range(10)} - {"5"}
+    assert client.get(sink.row_key("items", "5")) == "not a hash"
+
+
+def test_upserts_deletes_and_stale_rows_in_one_batch_are_counted_exactly(sink: RedisSink, client: redis.Redis) -> None:
+    sink.write(1, [upsert("items", i, 10, name=f"old {i}") for i in range(1, 5)] + [delete("items", 5, 10)])
+    result = sink.write(
+        2,
+        [
+            upsert("items", 1, 20, name="newer"),  # applied
+            upsert("items", 2, 10, name="same version"),  # stale
+            delete("items", 3, 20),  # applied: the row goes
+            delete("items", 4, 5),  # stale: older than the row
+            upsert("items", 5, 9, name="older than its delete"),  # stale
+            upsert("items", 6, 1, name="new row"),  # applied
+            delete("items", 7, 1),  # applied: a delete of a row never seen leaves its marker
+            upsert("items", 8, 1, _v="collides"),  # rejected before the server
+        ],
+    )
+    assert (result.applied, result.stale, [row.doc_id for row, _ in result.rejected]) == (4, 3, ["8"])
+    assert sink.held("items") == {
+        "1": (20, {"id": "1", "name": "newer"}),
+        "2": (10, {"id": "2", "name": "old 2"}),
+        "4": (10, {"id": "4", "name": "old 4"}),
+        "6": (1, {"id": "6", "name": "new row"}),
+    }
+    assert client.hgetall(sink.marker_key("items")) == {"3": "20", "5": "10", "7": "1"}
+
+
+def test_interleaved_outcomes_over_thousands_of_rows_map_to_their_rows(sink: RedisSink) -> None:
+    # Every third row is stale and every third a delete, so an answer attributed to the wrong row shows.
+    sink.write(1, [upsert("items", i, 100, name=f"first {i}") for i in range(2500)])
+    rows = [
+        upsert("items", i, 200, name=f"second {i}")
+        if i % 3 == 0
+        else upsert("items", i, 50, name="stale")
+        if i % 3 == 1
+        else delete("items", i, 200)
+        for i in range(2500)
+    ]
+    result = sink.write(2, rows)
+    assert (result.applied, result.stale, result.rejected) == (1667, 833, [])
+    held = sink.held("items")
+    assert set(held) == {str(i) for i in range(2500) if i % 3 != 2}
+    assert all(held[str(i)] == (200, {"id": str(i), "name": f"second {i}"}) for i in range(0, 2500, 3))
+    assert all(held[str(i)] == (100, {"id": str(i), "name": f"first {i}"}) for i in range(1, 2500, 3))
+
+
 def test_a_few_thousand_rows_round_trip(sink: RedisSink) -> None:
     first = [upsert("items", i, 100, name=f"row {i}", price=Decimal(i) / 100) for i in range(3500)]
     result = sink.write(1, first)
@@ -190,6 +251,62 @@ def test_a_few_thousand_rows_round_trip(sink: RedisSink) -> None:
     assert held["1700"] == (200, {"id": "1700", "name": "newer 1700"})
     assert held["42"] == (100, sink.stored_form(first[42].doc or {}))
     assert "2600" not in held and held["3005"][0] == 100
+
+
+def test_a_row_with_more_fields_than_one_hset_takes_round_trips(sink: RedisSink) -> None:
+    wide = {f"c{n}": f"v{n}" for n in range(5000)}  # 10,000 strings: beyond what Lua's unpack() takes at once
+    rows = [upsert("items", 1, 10, name="a"), upsert("items", 2, 10, **wide), upsert("items", 3, 10, name="c")]
+    result = sink.write(1, rows)
+    assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+    held = sink.held("items")
+    assert held["2"] == (10, {"id": "2", **wide}) and set(held) == {"1", "2", "3"}
+
+
+def test_a_script_failure_outside_any_command_rejects_only_its_row(
+    sink: RedisSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script_args = sink._script_args
+
+    def corrupt(row: Row) -> tuple[list[str], bytes]:
+        keys, encoded = script_args(row)
+        return keys, (b"not json" if row.doc_id == "5" else encoded)  # cjson fails: the whole call errors
+
+    monkeypatch.setattr(sink, "_script_args", corrupt)
+    result = sink.write(1, [upsert("items", i, 10, name=f"n{i}") for i in range(10)])
+    assert [row.doc_id for row, _ in result.rejected] == ["5"]
+    assert result.applied + result.stale == 9
+    assert set(sink.held("items")) == {str(i) for i in range(10)} - {"5"}
+
+
+def test_any_text_reaches_redis_byte_for_byte(sink: RedisSink, client: redis.Redis) -> None:
+    odd = {"quote": 'a"b', "slash": "a\\b/c", "nul": "a\x00b", "lines": "a\nb\r\t", "accents": "é ü ß", "emoji": "😀"}
+    odd |= {"sep": "a\u2028b", "číslo": "12", "digits": "00123", "big": str(2**80), "empty": ""}
+    rows = [upsert("items", 1, 10, **odd), upsert("items", 2, 10, bad="\ud800"), upsert("items", 3, 10, name="c")]
+    result = sink.write(1, rows)
+    assert (result.applied, [row.doc_id for row, _ in result.rejected]) == (2, ["2"])
+    assert "unicode" in result.rejected[0][1]
+    assert client.hgetall(sink.row_key("items", "1")) == {"_v": "10", "id": "1", **odd}
+
+
+def test_publish_promotes_the_staged_rows_and_markers_newer_than_the_live_ones(
+    sink: RedisSink, client: redis.Redis
+) -> None:
+    sink.write(
+        1, [upsert("items", 1, 10, name="live"), upsert("items", 2, 30, name="live, newer"), delete("items", 3, 5)]
+    )
+    sink.stage([TableMapping("public.items", "items")])
+    staged = [upsert("items", i, 20, name="staged") for i in (1, 2)] + [upsert("items", 3, 6, name="staged")]
+    result = sink.write(2, [*staged, delete("items", 4, 7)])
+    assert (result.applied, result.stale, result.rejected) == (4, 0, [])
+    assert set(sink.held("items")) == {"1", "2", "3"}  # the staged generation, not the live rows
+    sink.publish()
+    assert sink.held("items") == {
+        "1": (20, {"id": "1", "name": "staged"}),
+        "2": (30, {"id": "2", "name": "live, newer"}),
+        "3": (6, {"id": "3", "name": "staged"}),
+    }
+    assert client.hgetall(sink.marker_key("items")) == {"4": "7"}
+    assert not list(client.scan_iter(match=f"{sink.prefix}~*"))
 
 
 def test_the_script_is_reloaded_after_the_server_lost_it(sink: RedisSink, client: redis.Redis) -> None:
