@@ -158,11 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             say(
                 f"[{cfg.name}] batches (records, ms): "
-                + ", ".join(
-                    f"{p['numInputRows']}/{p['durationMs']}"
-                    for p in query.recentProgress
-                    if p["numInputRows"]
-                )
+                + ", ".join(f"{p['numInputRows']}/{p['durationMs']}" for p in query.recentProgress if p["numInputRows"])
             )
             rows = list(_mapped_rows(config, follower, topic))
             started = time.perf_counter()
