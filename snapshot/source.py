@@ -11,7 +11,7 @@ in this order (docs/bootstrap.md gives the reasoning):
 3. Postgres: wait until the connector has passed the snapshot, capture E2,
    and read the log window [E1, E2): each change is reflected or not by its
    transaction id, and snapshot rows take the highest reflected version;
-4. read every table through Spark JDBC in parallel chunks (``--partitions``)
+4. read every table through Spark JDBC in pieces, ``--partitions`` of them at a time,
    and write the rows through the follower's sink with those versions;
 5. MariaDB: wait until the connector has passed the furthest chunk, capture E2;
 6. apply the window [E1, E2): unreflected changes win over the snapshot rows
@@ -56,7 +56,7 @@ log = logging.getLogger("cdcsync.bootstrap")
 # Read as text over JDBC and parsed like Debezium's values: exact decimals, no
 # time zone guesswork by the JVM or Python, and types Spark has no mapping for.
 TEXT_KINDS = {"decimal", "time", "timestamp", "json", "uuid", "text"}
-ROWS_PER_PARTITION = 50_000
+ROWS_PER_PIECE = 25_000  # rows per JDBC query: small enough to overlap reads with writes
 Progress = Callable[[int, int, float], None]
 
 
@@ -236,39 +236,48 @@ def _copy_table(
     partitions: int,
     tick: _Ticker,
 ) -> None:
-    """Stream one table from its JDBC read to the sink, CHUNK rows at a time.
+    """Stream one table from its JDBC read to the sink, piece after piece, CHUNK rows per write.
 
-    Writing a chunk overlaps with reading and mapping the next (one writer
-    thread, at most two chunks in flight): the sink's server and Spark's JDBC
-    read run side by side instead of taking turns. Chunks hold distinct keys,
-    so their order does not matter.
+    The table is read in pieces (key ranges or key hashes), each one JDBC
+    query handed to Python as Arrow (``toArrow``: no per-row pickling on
+    either side). Up to ``partitions`` pieces are read ahead while this
+    thread maps the current one, and writing a chunk overlaps with mapping
+    the next (one writer thread, at most two chunks in flight): Spark's JDBC
+    reads, this thread and the sink's server run side by side instead of
+    taking turns. Pieces and chunks hold distinct keys, so their order does
+    not matter.
     """
-    df = _jdbc_frame(spark, source, plan, read, partitions)
     rows: list[Row] = []
     failed: list[tuple[Record, str]] = []
     in_flight: list[Future[Any]] = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcsync-bootstrap-write") as writer:
+    frames = _jdbc_pieces(spark, source, plan, read)
+    with (
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcsync-bootstrap-write") as writer,
+        ThreadPoolExecutor(max_workers=max(1, partitions), thread_name_prefix="cdcsync-bootstrap-read") as reader,
+    ):
 
         def flush() -> None:
             in_flight.append(writer.submit(follower.apply_rows, tick.next_batch(), rows, failed))
             while len(in_flight) > 1 or (in_flight and in_flight[0].done()):
                 tick.add(in_flight.pop(0).result())
 
-        for values in df.toLocalIterator(prefetchPartitions=True):
-            data = values.asDict()
-            if isinstance(read, PostgresRead):
-                version = row_version
-            else:
-                version = read.version(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))
-            key = {c: data[c] for c in plan.mapping.key_columns}
-            change = Change(source.name, plan.mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
-            try:
-                rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping.key_columns), _doc(data, plan)))
-            except PoisonRecord as err:
-                failed.append((snapshot_record(change, data), str(err)))
-            if len(rows) + len(failed) >= CHUNK:
-                flush()
-                rows, failed = [], []
+        reads = [reader.submit(frame.toArrow) for frame in frames]
+        for piece in reads:
+            for data in piece.result().to_pylist():
+                if isinstance(read, PostgresRead):
+                    version = row_version
+                else:
+                    version = read.version(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))
+                key = {c: data[c] for c in plan.mapping.key_columns}
+                change = Change(source.name, plan.mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
+                try:
+                    doc = _doc(data, plan)
+                    rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping.key_columns), doc))
+                except PoisonRecord as err:
+                    failed.append((snapshot_record(change, data), str(err)))
+                if len(rows) + len(failed) >= CHUNK:
+                    flush()
+                    rows, failed = [], []
         if rows or failed:
             flush()
         for future in in_flight:
@@ -283,11 +292,15 @@ def _doc(data: dict[str, Any], plan: Plan) -> dict[str, Any]:
     return canonical_doc(parsed, plan.mapping)
 
 
-def _jdbc_frame(spark: SparkSession, source: SourceConfig, plan: Plan, read: SourceRead, partitions: int) -> DataFrame:
-    """A Spark JDBC read of one table inside the read's snapshot, split into parallel chunks."""
+def _jdbc_pieces(spark: SparkSession, source: SourceConfig, plan: Plan, read: SourceRead) -> list[DataFrame]:
+    """Spark JDBC reads of one table inside the read's snapshot, one per piece of about ROWS_PER_PIECE rows.
+
+    A single integer key is split into ranges; any other key on a hash of its
+    columns. Each piece is its own query, so each joins the read's snapshot
+    through ``sessionInitStatement``.
+    """
     qualified = _qualified(source, plan.table)
     options = {
-        "url": _jdbc_url(source),
         "driver": "org.postgresql.Driver" if source.kind == "postgres" else "org.mariadb.jdbc.Driver",
         "user": source.user,
         "password": source.password.get_secret_value(),
@@ -300,19 +313,29 @@ def _jdbc_frame(spark: SparkSession, source: SourceConfig, plan: Plan, read: Sou
     table = qualified
     if not isinstance(read, PostgresRead):
         table = f"(SELECT t.*, {read.position_columns()} FROM {qualified} t) AS cdcsync_chunk"
-    count = read.count(qualified)
-    chunks = max(1, min(partitions, math.ceil(count / ROWS_PER_PARTITION)))
+    pieces = max(1, math.ceil(read.count(qualified) / ROWS_PER_PIECE))
     keys = plan.mapping.key_columns
-    reader = spark.read.format("jdbc").options(**options).option("dbtable", table)
-    if chunks > 1 and len(keys) == 1 and plan.mapping.types.get(keys[0]) == "int":
-        low, high = read.key_bounds(qualified, keys[0])
-        reader = reader.options(partitionColumn=keys[0], lowerBound=str(low), upperBound=str(high))
-        return reader.option("numPartitions", str(chunks)).load()
-    if chunks > 1:  # any other key: split on a hash of its columns
-        props = {**options}
-        url = props.pop("url")
-        return spark.read.jdbc(url, table, predicates=_hash_predicates(source, keys, chunks), properties=props)
-    return reader.load()
+    if pieces == 1:
+        predicates = ["1 = 1"]
+    elif len(keys) == 1 and plan.mapping.types.get(keys[0]) == "int":
+        predicates = _range_predicates(source, keys[0], read.key_bounds(qualified, keys[0]), pieces)
+    else:
+        predicates = _hash_predicates(source, keys, pieces)
+    url = _jdbc_url(source)
+    return [spark.read.jdbc(url, table, predicates=[p], properties=options) for p in predicates]
+
+
+def _range_predicates(source: SourceConfig, key: str, bounds: tuple[Any, Any], pieces: int) -> list[str]:
+    """``pieces`` key ranges covering every value, the first and last open-ended."""
+    low, high = int(bounds[0]), int(bounds[1])
+    column = f'"{key}"' if source.kind == "postgres" else f"`{key}`"
+    step = max(1, -(-(high - low + 1) // pieces))
+    cuts = list(range(low + step, high + 1, step))[: pieces - 1]
+    if not cuts:
+        return ["1 = 1"]
+    ranges = [f"{column} < {cuts[0]}"]
+    ranges += [f"{column} >= {a} AND {column} < {b}" for a, b in zip(cuts, cuts[1:], strict=False)]
+    return [*ranges, f"{column} >= {cuts[-1]}"]
 
 
 def _hash_predicates(source: SourceConfig, keys: tuple[str, ...], chunks: int) -> list[str]:

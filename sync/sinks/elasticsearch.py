@@ -42,7 +42,7 @@ Guarantees (``cdcsync.sync.sink``):
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import time
 from collections import defaultdict
@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import Any, cast
 
+import orjson
 from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
@@ -246,8 +247,11 @@ class ElasticsearchSink:
             source = self.stored_form(row.doc)
             if VERSION_FIELD in source or DELETED_FIELD in source:
                 raise ValueError(f"fields {VERSION_FIELD} and {DELETED_FIELD} are reserved for cdcsync")
+            if any(isinstance(v, float) and not math.isfinite(v) for v in source.values()):
+                raise ValueError("NaN and Infinity have no JSON form")  # orjson would write null
             source[VERSION_FIELD], source[DELETED_FIELD] = row.version, False
-        return json.dumps(action).encode(), json.dumps(source, ensure_ascii=False, allow_nan=False).encode()
+        # orjson: a tenth of json's time per document; a lone surrogate raises (TypeError), as it should.
+        return orjson.dumps(action), orjson.dumps(source)
 
     def _bulk(self, chunk: list[tuple[Row, bytes, bytes]]) -> WriteResult:
         lines = [line for _row, action, source in chunk for line in (action, source)]
@@ -356,7 +360,12 @@ def _reason(error: dict[str, Any]) -> str:
     return f"{text} (caused by {cause.get('type')}: {cause.get('reason')})" if isinstance(cause, dict) else text
 
 
+_PLAIN = frozenset({str, int, float, bool})
+
+
 def _json_safe(value: Any) -> Any:
+    if value is None or type(value) in _PLAIN:  # most columns: nothing to convert
+        return value
     text = scalar_text(value)
     if text is not None:
         return text

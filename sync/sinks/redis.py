@@ -468,6 +468,10 @@ def _glob_escape(text: str) -> str:
 
 
 def _text(value: Any) -> str:
+    if type(value) is str:  # most columns: the fast path
+        return value
+    if type(value) is int:
+        return str(value)
     if isinstance(value, bool):  # before int: bool is an int
         return "true" if value else "false"
     text = scalar_text(value)
