@@ -31,15 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "deploy/local"))
-import stack  # noqa: E402
-
-ENV = stack.ENV
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from bench.common import ENV, cleanup, one_table_config, say
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,11 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s", stream=sys.stderr)
         logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    import psycopg
     from confluent_kafka import Consumer, TopicPartition
 
-    from cdcsync.config import Config
     from cdcsync.connectors.apply import apply
+    from cdcsync.db import connect_postgres
     from cdcsync.spark import spark_session
     from cdcsync.sync.stream import build_follower, start_query
 
@@ -88,36 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             max_offsets_per_trigger=args.batch,
             trigger_interval_s=1.0,
         )
-    config = Config.model_validate(
-        {
-            "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
-            "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
-            "sources": [
-                {
-                    "name": tag,
-                    "kind": "postgres",
-                    "port": int(ENV["PG_PORT"]),
-                    "database": ENV["PG_DATABASE"],
-                    "user": ENV["PG_USER"],
-                    "password": ENV["PG_PASSWORD"],
-                    "tables": [f"public.{table}"],
-                    "heartbeat_interval_ms": 1000,
-                }
-            ],
-            "followers": followers,
-            "state_dir": str(tmp),
-        }
-    )
+    config = one_table_config(tag, table, followers, tmp, heartbeat_interval_ms=1000)
     source = config.sources[0]
     topic = source.topic(source.tables[0])
-    pg = psycopg.connect(
-        host="127.0.0.1",
-        port=int(ENV["PG_PORT"]),
-        dbname=ENV["PG_DATABASE"],
-        user=ENV["PG_USER"],
-        password=ENV["PG_PASSWORD"],
-        autocommit=True,
-    )
+    pg = connect_postgres(source, autocommit=True)
     pg.execute(
         f"CREATE TABLE {table} (id int PRIMARY KEY, name text, qty int, price numeric(10,2), "
         "updated_at timestamptz DEFAULT now())"
@@ -186,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         spark.stop()
     finally:
-        _cleanup(config, tag, table, pg)
+        cleanup(config, tag, table, pg)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -313,29 +278,6 @@ def _shows(cfg: Any, follower: Any, target: str, doc_id: str, marker: str) -> bo
 
         return bool(redis.Redis.from_url(cfg.url).hget(f"{cfg.prefix}:{target}:{doc_id}", "name") == marker.encode())
     return doc_id in (held := follower.sink.held(target)) and held[doc_id][1].get("name") == marker
-
-
-def _cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
-    import redis
-    from elasticsearch import Elasticsearch
-
-    from cdcsync.connectors.apply import client_for
-    from cdcsync.connectors.topics import delete_topics, topic_specs
-
-    client_for(config).delete(config.sources[0].name)
-    time.sleep(3)
-    source = config.sources[0]
-    pg.execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
-        (source.slot,),
-    )
-    pg.execute(f"DROP PUBLICATION IF EXISTS {source.publication}")
-    pg.execute(f"DROP TABLE IF EXISTS {table}")
-    delete_topics(config, [t.name for t in topic_specs(source)] + [f.dlq_topic for f in config.followers])
-    Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.delete(index=f"{tag}-*", allow_no_indices=True)
-    r = redis.Redis(port=int(ENV["REDIS_PORT"]))
-    for key in r.scan_iter(f"{tag}*", count=5000):
-        r.delete(key)
 
 
 if __name__ == "__main__":

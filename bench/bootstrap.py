@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.__main__ import ENV, say
+from bench.common import ENV, cleanup, one_table_config, say
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,10 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
 
-    import psycopg
-
-    from cdcsync.config import Config
     from cdcsync.connectors.apply import apply, client_for
+    from cdcsync.db import connect_postgres
     from cdcsync.snapshot.bootstrap import progress_bar
     from cdcsync.snapshot.source import bootstrap_from_source
     from cdcsync.spark import spark_session
@@ -47,43 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     table = f"bench_{tag}"
     tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-boot-"))
     es_url = f"http://127.0.0.1:{ENV['ES_PORT']}"
-    config = Config.model_validate(
-        {
-            "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
-            "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
-            "sources": [
-                {
-                    "name": tag,
-                    "kind": "postgres",
-                    "port": int(ENV["PG_PORT"]),
-                    "database": ENV["PG_DATABASE"],
-                    "user": ENV["PG_USER"],
-                    "password": ENV["PG_PASSWORD"],
-                    "tables": [f"public.{table}"],
-                    "snapshot_mode": "no_data",
-                }
-            ],
-            "followers": [
-                {
-                    "name": "search",
-                    "kind": "elasticsearch",
-                    "url": es_url,
-                    "prefix": f"{tag}-",
-                    "dead_letter_topic": f"dlq.{tag}.search",
-                    "checkpoint_dir": str(tmp / "ckpt"),
-                }
-            ],
-            "state_dir": str(tmp),
-        }
-    )
-    pg = psycopg.connect(
-        host="127.0.0.1",
-        port=int(ENV["PG_PORT"]),
-        dbname=ENV["PG_DATABASE"],
-        user=ENV["PG_USER"],
-        password=ENV["PG_PASSWORD"],
-        autocommit=True,
-    )
+    follower = {
+        "name": "search",
+        "kind": "elasticsearch",
+        "url": es_url,
+        "prefix": f"{tag}-",
+        "dead_letter_topic": f"dlq.{tag}.search",
+        "checkpoint_dir": str(tmp / "ckpt"),
+    }
+    config = one_table_config(tag, table, [follower], tmp, snapshot_mode="no_data")
+    pg = connect_postgres(config.sources[0], autocommit=True)
     results: dict[str, Any] = {"rows": args.rows, "partitions": args.partitions}
     try:
         say(f"loading {args.rows:,} rows into {table} ...")
@@ -114,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         results["bootstrap_applied"] = summary.applied
         spark.stop()
     finally:
-        _cleanup(config, tag, table, pg)
+        cleanup(config, tag, table, pg)
     results["ceiling_rows_per_s"] = round(args.rows / results["ceiling_s"])
     results["bootstrap_rows_per_s"] = round(args.rows / results["bootstrap_s"])
     results["ratio"] = round(results["bootstrap_rows_per_s"] / results["ceiling_rows_per_s"], 2)
@@ -157,25 +128,6 @@ def _wait_running(client: Any, name: str) -> None:
             return
         time.sleep(1)
     raise RuntimeError(f"connector {name} not running after 120 s")
-
-
-def _cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
-    from elasticsearch import Elasticsearch
-
-    from cdcsync.connectors.apply import client_for
-    from cdcsync.connectors.topics import delete_topics, topic_specs
-
-    source = config.sources[0]
-    client_for(config).delete(source.name)
-    time.sleep(3)
-    pg.execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
-        (source.slot,),
-    )
-    pg.execute(f"DROP PUBLICATION IF EXISTS {source.publication}")
-    pg.execute(f"DROP TABLE IF EXISTS {table}")
-    delete_topics(config, [t.name for t in topic_specs(source)] + [f.dlq_topic for f in config.followers])
-    Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.delete(index=f"{tag}-*", allow_no_indices=True)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ import pymysql  # type: ignore[import-untyped]
 from cdcsync.config import SourceConfig
 
 
-def connect_postgres(source: SourceConfig, timeout_s: int = 10) -> psycopg.Connection:
+def connect_postgres(source: SourceConfig, timeout_s: int = 10, autocommit: bool = False) -> psycopg.Connection:
     return psycopg.connect(
+        autocommit=autocommit,
         host=source.host,
         port=source.port,
         dbname=source.database,
