@@ -22,7 +22,7 @@ import yaml
 
 from cdcsync.config import load_config
 from cdcsync.connectors.apply import apply
-from tests.chaos.test_run_crash import start_daemon, verify
+from tests.chaos.test_run_crash import start_daemon, verify_until_clean
 from tests.integration.followers import drop_stores, follower_dicts
 from tests.support import ENV, drop_capture, execute, source_dict, uid, wait_streaming
 
@@ -92,13 +92,8 @@ def test_a_new_follower_bootstraps_and_joins_a_running_system(tmp_path: Path) ->
         time.sleep(20)
         stop.set()
         writer.join()
-        deadline, last = time.monotonic() + 300, None
-        while time.monotonic() < deadline:
-            last = verify(config_path)
-            if last.returncode == 0:
-                break
-            time.sleep(5)
-        assert last is not None and last.returncode == 0, last.stdout if last else ""
+        last = verify_until_clean(config_path)
+        assert last.returncode == 0, last.stdout
         assert {r["follower"] for r in json.loads(last.stdout)} >= {"search", "cache", "warehouse"}
         for daemon in running:
             daemon.send_signal(signal.SIGTERM)

@@ -50,6 +50,16 @@ def verify(config_path: Path) -> subprocess.CompletedProcess:
     )
 
 
+def verify_until_clean(config_path: Path, within_s: float = 300) -> subprocess.CompletedProcess:
+    """``cdcsync verify`` every 5 s until it exits 0 (the followers caught up) or time runs out; the last run."""
+    deadline = time.monotonic() + within_s
+    last = verify(config_path)
+    while last.returncode != 0 and time.monotonic() < deadline:
+        time.sleep(5)
+        last = verify(config_path)
+    return last
+
+
 def test_run_sigkill_and_restart_converges(tmp_path: Path) -> None:
     tag = f"t{uid()}"
     table = f"crash_{uid()}"
@@ -94,13 +104,8 @@ def test_run_sigkill_and_restart_converges(tmp_path: Path) -> None:
         stop.set()
         writer.join()
 
-        deadline, last = time.monotonic() + 300, None
-        while time.monotonic() < deadline:
-            last = verify(config_path)
-            if last.returncode == 0:
-                break
-            time.sleep(5)
-        assert last is not None and last.returncode == 0, (last.stdout if last else "", log.read_text()[-3000:])
+        last = verify_until_clean(config_path)
+        assert last.returncode == 0, (last.stdout, log.read_text()[-3000:])
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(60) == 0, log.read_text()[-3000:]
         daemon = None
