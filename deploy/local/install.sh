@@ -46,22 +46,43 @@ if [ "$(id -u)" -eq 0 ] && ! id cdcsync >/dev/null 2>&1; then
 fi
 
 # ---- Maven Central ---------------------------------------------------------
+# A profile's stamp is keyed on what decides its jars: the pom's properties and
+# that profile's element, comments left out. Editing one profile (or a comment)
+# re-resolves only that profile, and it resolves into a temporary directory
+# that replaces the old one only when Maven succeeded: a broken pom leaves the
+# jars of the running stack in place.
+profile_key() {  # profile
+  python3 - "$here/pom.xml" "$1" <<'PY'
+import hashlib, sys, xml.etree.ElementTree as ET
+ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+root = ET.parse(sys.argv[1]).getroot()  # ElementTree drops comments
+parts = [root.find("m:properties", ns)]
+parts += [p for p in root.iterfind("m:profiles/m:profile", ns) if p.findtext("m:id", namespaces=ns) == sys.argv[2]]
+if len(parts) != 2 or parts[0] is None:
+    sys.exit(f"pom.xml has no properties or no profile {sys.argv[2]}")
+text = b"".join(ET.tostring(p) for p in parts)
+print(hashlib.sha256(text).hexdigest()[:16])
+PY
+}
 mvn_profile() {  # profile, output directory
   local profile=$1 out=$2 key
-  key="$(fingerprint "$here/pom.xml")-$profile"
+  key="$(profile_key "$profile")-$profile"
   if [ "$(cat "$stamps/mvn-$profile" 2>/dev/null)" = "$key" ] && [ -d "$out" ]; then
     return
   fi
   step "resolving $profile jars (Maven)"
-  rm -rf "$out"
+  rm -rf "$out.partial"
   mkdir -p "$state/logs"
   if ! mvn -B -Dstyle.color=never -s "$here/maven-settings.xml" -f "$here/pom.xml" -P "$profile" \
     -Dmaven.repo.local="$state/m2" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$out" >"$state/logs/mvn-$profile.log" 2>&1; then
+    -DincludeScope=runtime -DoutputDirectory="$out.partial" >"$state/logs/mvn-$profile.log" 2>&1; then
+    rm -rf "$out.partial"
     echo "error: Maven could not resolve profile $profile; log: $state/logs/mvn-$profile.log" >&2
     grep -E "ERROR" "$state/logs/mvn-$profile.log" | head -5 >&2
     exit 1
   fi
+  rm -rf "$out"
+  mv "$out.partial" "$out"
   echo "$key" >"$stamps/mvn-$profile"
 }
 mvn_profile kafka "$state/lib/kafka"
