@@ -31,6 +31,17 @@ def batches(log: Path, follower: str) -> int:
     return log.read_text(errors="replace").count(f"follower={follower} batch=")
 
 
+def wait_for_batches(log: Path, followers: tuple[str, ...], within_s: float = 180) -> dict[str, int]:
+    """Wait until every follower logged a batch (a first batch starts Spark's Python workers); the counts."""
+    deadline = time.monotonic() + within_s
+    counts = {f: batches(log, f) for f in followers}
+    while not all(counts.values()) and time.monotonic() < deadline:
+        time.sleep(2)
+        counts = {f: batches(log, f) for f in followers}
+    assert all(counts.values()), log.read_text()[-3000:]
+    return counts
+
+
 def test_a_new_follower_bootstraps_and_joins_a_running_system(tmp_path: Path) -> None:
     tag, table = f"t{uid()}", f"join_{uid()}"
     execute(
@@ -70,9 +81,7 @@ def test_a_new_follower_bootstraps_and_joins_a_running_system(tmp_path: Path) ->
         writer.start()
         log = tmp_path / "run.log"
         running.append(start_daemon(config_path, log))
-        time.sleep(40)  # Spark up, the two followers streaming
-        before = {f: batches(log, f) for f in ("search", "cache")}
-        assert all(before.values()), log.read_text()[-3000:]
+        before = wait_for_batches(log, ("search", "cache"))  # Spark up, the two followers streaming
 
         doc["followers"] = [search, cache, warehouse]  # the operator adds a follower
         config_path.write_text(yaml.safe_dump(doc))
