@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 KINDS = ("elasticsearch", "redis")  # sinks whose apply rule does not depend on the order of writes
 
 _followers: dict[tuple[str, str], Follower] = {}  # per worker process: (config, follower) -> follower
+KEEP = 8  # followers a worker keeps; a daemon has a few, each test its own
 
 
 def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, int], None]:
@@ -78,6 +79,9 @@ def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMa
         follower = build_follower(config, cfg, None, mappings=dict(mappings), open_sink=False)
         follower.report = False
         _followers[(config_json, name)] = follower
+        while len(_followers) > KEEP:  # a long-lived worker (tests, a restarted query) meets many configs
+            oldest = next(iter(_followers))
+            _followers.pop(oldest).sink.close()
     return follower
 
 
