@@ -57,6 +57,7 @@ log = logging.getLogger("cdcsync.bootstrap")
 # time zone guesswork by the JVM or Python, and types Spark has no mapping for.
 TEXT_KINDS = {"decimal", "time", "timestamp", "json", "uuid", "text"}
 ROWS_PER_PIECE = 25_000  # rows per JDBC query: small enough to overlap reads with writes
+MAX_HASH_PIECES = 8  # a key without ranges is split on a hash, and each such query reads every row
 Progress = Callable[[int, int, float], None]
 
 
@@ -319,8 +320,8 @@ def _jdbc_pieces(spark: SparkSession, source: SourceConfig, plan: Plan, read: So
         predicates = ["1 = 1"]
     elif len(keys) == 1 and plan.mapping.types.get(keys[0]) == "int":
         predicates = _range_predicates(source, keys[0], read.key_bounds(qualified, keys[0]), pieces)
-    else:
-        predicates = _hash_predicates(source, keys, pieces)
+    else:  # every hash piece scans the whole table: few of them, larger
+        predicates = _hash_predicates(source, keys, min(pieces, MAX_HASH_PIECES))
     url = _jdbc_url(source)
     return [spark.read.jdbc(url, table, predicates=[p], properties=options) for p in predicates]
 
