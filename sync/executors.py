@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from cdcsync.config import Config
-from cdcsync.sync.follower import BatchCounts, Follower, Record
+from cdcsync.sync.follower import BatchCounts, Follower, arrow_records
 from cdcsync.sync.mapping import TableMapping
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
         def apply_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             import pyarrow as pa
 
-            counts = _worker_follower(config_json, name, mappings).process(batch_id, _records(batches))
+            counts = _worker_follower(config_json, name, mappings).process(batch_id, arrow_records(batches))
             yield pa.RecordBatch.from_pydict({"counts": [counts.to_json()]})
 
         parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()
@@ -83,9 +83,3 @@ def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMa
             oldest = next(iter(_followers))
             _followers.pop(oldest).sink.close()
     return follower
-
-
-def _records(batches: Iterable[pa.RecordBatch]) -> Iterator[Record]:
-    for batch in batches:
-        columns = [batch.column(name).to_pylist() for name in ("topic", "partition", "offset", "key", "value")]
-        yield from (Record(*fields) for fields in zip(*columns, strict=True))

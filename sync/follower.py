@@ -49,6 +49,16 @@ class Record(NamedTuple):
     value: bytes | None
 
 
+RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value")  # of Spark's Kafka source
+
+
+def arrow_records(batches: Iterable[Any]) -> Iterator[Record]:
+    """Kafka records from Arrow record batches of ``RECORD_COLUMNS``, column by column (no per-row pickling)."""
+    for batch in batches:
+        columns = [batch.column(name).to_pylist() for name in RECORD_COLUMNS]
+        yield from (Record(*fields) for fields in zip(*columns, strict=True))
+
+
 # Rows to write, reduced to the last change per key, and how to find the record a rejected row came from.
 Chunk = tuple[list[Row], Callable[[Change], Record]]
 
