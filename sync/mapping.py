@@ -35,6 +35,8 @@ from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from cdcsync.events import Change, PoisonRecord
 from cdcsync.sync.sink import Row
 
@@ -49,42 +51,71 @@ class TableMapping:
     include: tuple[str, ...] | None = None  # None: every column
     rename: Mapping[str, str] = field(default_factory=dict)
     types: Mapping[str, str] = field(default_factory=dict)  # column -> one of TYPES
+    # column -> (field name, type, converter or None); what map_row looks up once per column of a change
+    plan: Mapping[str, tuple[str, str | None, Any]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        columns = self.include if self.include is not None else tuple(self.types)
+        kinds = {c: self.types.get(c) for c in columns}
+        plan = {c: (self.rename.get(c, c), kind, _CONVERTERS.get(kind or "")) for c, kind in kinds.items()}
+        object.__setattr__(self, "plan", plan)
 
 
 def doc_id(key: Mapping[str, Any], key_columns: tuple[str, ...] = ()) -> str:
     """The document id from the primary key: one value as is, several joined by '|' (escaped)."""
-    columns = key_columns or tuple(key)
-    values = [key[c] for c in columns]
+    if len(key_columns) == 1:
+        return str(key[key_columns[0]])
+    values = [key[c] for c in key_columns or tuple(key)]
     if len(values) == 1:
         return str(values[0])
     return "|".join(str(v).replace("\\", "\\\\").replace("|", "\\|") for v in values)
 
 
+def _date(value: str) -> date:
+    return date.fromisoformat(value.removesuffix("Z"))
+
+
+def _time(value: str) -> time:
+    return time.fromisoformat(value.removesuffix("Z"))
+
+
+def _timestamp(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value)
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _json_value(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _uuid(value: Any) -> str:
+    return str(uuid.UUID(str(value)))
+
+
+# Debezium JSON value -> canonical Python value, per type; types not listed pass unchanged.
+_CONVERTERS: dict[str, Any] = {
+    "decimal": Decimal,
+    "date": _date,
+    "time": _time,
+    "timestamp": _timestamp,
+    "json": _json_value,
+    "bytes": base64.b64decode,
+    "bool": bool,
+    "uuid": _uuid,
+}
+# What a malformed value raises: Decimal's InvalidOperation is an ArithmeticError, not a ValueError.
+BAD_VALUE = (ValueError, TypeError, AttributeError, ArithmeticError)
+
+
 def convert(value: Any, kind: str | None) -> Any:
     """Debezium JSON value -> canonical Python value for the column's type."""
-    if value is None or kind is None:
+    converter = _CONVERTERS.get(kind or "")
+    if value is None or converter is None:
         return value
     try:
-        if kind == "decimal":
-            return Decimal(value)
-        if kind == "date":
-            return date.fromisoformat(value.removesuffix("Z"))
-        if kind == "time":
-            return time.fromisoformat(value.removesuffix("Z"))
-        if kind == "timestamp":
-            parsed = datetime.fromisoformat(value)
-            return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
-        if kind == "json":
-            return json.loads(value) if isinstance(value, str) else value
-        if kind == "bytes":
-            return base64.b64decode(value)
-        if kind == "bool":
-            return bool(value)
-        if kind == "uuid":
-            return str(uuid.UUID(str(value)))
-    except (ValueError, TypeError, AttributeError) as err:
+        return converter(value)
+    except BAD_VALUE as err:
         raise PoisonRecord(f"value {value!r} is not a valid {kind}: {err}") from None
-    return value
 
 
 def canonical_value(value: Any, kind: str | None) -> Any:
@@ -118,10 +149,21 @@ def map_row(change: Change, mapping: TableMapping) -> Row:
     if change.after is None:
         return Row(change, mapping.target, ident, None)
     doc: dict[str, Any] = {}
+    plan, every_column = mapping.plan, mapping.include is None
     for column, value in change.after.items():
-        if mapping.include is not None and column not in mapping.include:
+        step = plan.get(column)
+        if step is None:  # not in the catalog's types when the mapping was built (a column added since)
+            if every_column:
+                doc[mapping.rename.get(column, column)] = value
             continue
-        doc[mapping.rename.get(column, column)] = convert(value, mapping.types.get(column))
+        name, kind, converter = step
+        if converter is None or value is None:
+            doc[name] = value
+            continue
+        try:
+            doc[name] = converter(value)
+        except BAD_VALUE as err:
+            raise PoisonRecord(f"value {value!r} is not a valid {kind}: {err}") from None
     return Row(change, mapping.target, ident, doc)
 
 
@@ -140,6 +182,8 @@ def scalar_text(value: Any) -> str | None:
     if isinstance(value, Decimal):
         return format(value, "f")  # exact digits, trailing zeros kept, never an exponent
     if isinstance(value, datetime):
+        if type(value) is datetime and value.tzinfo is UTC:  # what convert() produces: already canonical
+            return orjson.dumps(value)[1:-1].decode()  # isoformat()'s text (unit-tested), in a fifth of its time
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
     if isinstance(value, date | time):
         return value.isoformat()

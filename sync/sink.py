@@ -1,7 +1,7 @@
 """The sink contract: what a follower needs from a derived store.
 
 A sink receives batches of changes that are already reduced to the last change
-per key (``cdcsync.events.last_per_key``) and mapped (``sync.mapping``). It
+per key (``sync.follower.last_per_key``) and mapped (``sync.mapping``). It
 must uphold, on its own server and for every key:
 
 - **Apply rule**: write a change only if its version is higher than the
@@ -63,9 +63,12 @@ if TYPE_CHECKING:
     from cdcsync.sync.mapping import TableMapping
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Row:
-    """A change mapped for a sink: its target, document id and document (None for deletes)."""
+    """A change mapped for a sink: its target, document id and document (None for deletes).
+
+    Never modified once built; not ``frozen`` for the same reason as ``Change``.
+    """
 
     change: Change
     target: str  # index / table / key namespace

@@ -23,7 +23,7 @@ from cdcsync.errors import FatalError
 from cdcsync.spark import state_dir
 from cdcsync.sync import executors
 from cdcsync.sync.catalog import mappings_for
-from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records
+from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, tune_gc
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Sink
 
@@ -120,6 +120,7 @@ def build_follower(
     mappings = mappings_for(config, follower) if mappings is None else mappings
     if not mappings:
         raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")
+    tune_gc()
     sink = build_sink(config, follower, spark)
     if open_sink:
         sink.open(list(mappings.values()))

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cdcsync.events import Change, PoisonRecord, last_per_key, parse_record, version_of
+from cdcsync.events import Change, PoisonRecord, parse_record, version_of
+from cdcsync.sync.follower import last_per_key
+from cdcsync.sync.mapping import TableMapping, map_row
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KINDS = ["postgres", "mariadb"]
@@ -87,7 +89,9 @@ def test_last_per_key_keeps_the_newest_whatever_the_order(kind: str) -> None:
     for seed in range(5):
         shuffled = all_changes[:]
         random.Random(seed).shuffle(shuffled)
-        final = {c.key["id"]: (c.op, c.after) for c in last_per_key(shuffled)}
+        mapping = TableMapping(shuffled[0].table, "t", ("id",))
+        rows = last_per_key(map_row(c, mapping) for c in shuffled)
+        final = {r.change.key["id"]: (r.change.op, r.change.after) for r in rows}
         assert final == {
             1: ("d", None),
             2: ("d", None),
@@ -145,4 +149,24 @@ def test_other_gtid_domain_and_overflow_are_poison() -> None:
     pg = envelope()
     pg["source"]["sequence"] = json.dumps([str(2**70), "1"])
     with pytest.raises(PoisonRecord, match="overflows"):
+        version_of(pg)
+
+
+@pytest.mark.parametrize(
+    "sequence",
+    ['["28515336","28515400"]', '[ "28515336", "28515400" ]', '[28515336,"28515400"]', '[null,"28515336"]'],
+)
+def test_sequence_read_by_the_shortcut_or_as_json_gives_one_version(sequence: str) -> None:
+    pg = envelope()
+    pg["source"]["sequence"] = sequence
+    last_commit = json.loads(sequence)[0]
+    expected_major = 0 if last_commit is None else int(last_commit) >> 5
+    assert version_of(pg) >> 16 == expected_major
+
+
+@pytest.mark.parametrize("sequence", ['["28515336', '["","1"]', '["12x4","1"]', '["²","1"]', '["-5","1"]', "[]", "7"])
+def test_malformed_sequence_is_poison(sequence: str) -> None:
+    pg = envelope()
+    pg["source"]["sequence"] = sequence
+    with pytest.raises(PoisonRecord, match="sequence"):
         version_of(pg)

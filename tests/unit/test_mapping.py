@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from cdcsync.events import Change, PoisonRecord
-from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id, fingerprint, map_row
+from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id, fingerprint, map_row, scalar_text
 
 
 def change(after: dict | None, op: str = "u") -> Change:
@@ -78,3 +78,17 @@ def test_map_row_includes_renames_and_converts() -> None:
     assert map_row(change(None, op="d"), mapping).doc is None
     source = canonical_doc({"id": 7, "total": Decimal("1.5"), "at": datetime(2024, 1, 1), "secret": "x"}, mapping)
     assert fingerprint(source) == fingerprint(row.doc)
+
+
+@pytest.mark.parametrize(("kind", "value"), [("decimal", "12,5"), ("decimal", "abc"), ("timestamp", "yesterday")])
+def test_malformed_value_is_poison_not_a_crash(kind: str, value: str) -> None:
+    mapping = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": kind})
+    with pytest.raises(PoisonRecord, match=f"not a valid {kind}"):
+        map_row(change({"id": 7, "v": value}), mapping)
+
+
+@pytest.mark.parametrize("year", [1, 999, 1970, 2024, 9999])
+@pytest.mark.parametrize("micro", [0, 1, 500000, 999999])
+def test_utc_timestamp_text_is_isoformat(year: int, micro: int) -> None:
+    value = datetime(year, 2, 28, 23, 59, 0, micro, tzinfo=UTC)
+    assert scalar_text(value) == value.isoformat()
