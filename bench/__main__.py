@@ -281,6 +281,7 @@ def _live(
     until the last is in Kafka (capture, measured in the same phase): the
     difference is what the follower adds.
     """
+    from cdcsync.cli.run import stop_between_batches
     from cdcsync.sync.stream import start_query
 
     query = start_query(spark, config, cfg, follower, once=False)
@@ -304,7 +305,7 @@ def _live(
             time.sleep(0.2)
         raise RuntimeError(f"{cfg.name}: live changes not visible within 900 s")
     finally:
-        query.stop()
+        stop_between_batches(query)  # as the daemon stops: a batch cut short prints py4j interrupt noise
 
 
 def _shows(cfg: Any, follower: Any, target: str, doc_id: str, marker: str) -> bool:
