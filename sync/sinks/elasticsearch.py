@@ -80,6 +80,9 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "int": {"type": "long"},
     "float": {"type": "double"},
 }
+# What _bulk reads of a bulk answer: per item its status and error. The whole answer is ~200 bytes per
+# document (index, id, version, shards, seq_no ...), which Elasticsearch writes and the client parses.
+BULK_ANSWER = "items.*.status,items.*.error"
 HIDE_MARKERS = {"bool": {"must_not": {"term": {DELETED_FIELD: True}}}}
 # Server trouble that passes: a retry of the whole batch can succeed.
 RETRYABLE_STATUS = {429, 502, 503, 504}
@@ -259,7 +262,7 @@ class ElasticsearchSink:
         lines = [line for _row, action, source in chunk for line in (action, source)]
         try:
             # The client passes pre-encoded NDJSON lines through; its type hint only knows dicts.
-            response = self._call("bulk", self._client.bulk, operations=cast(Any, lines))
+            response = self._call("bulk", self._client.bulk, operations=cast(Any, lines), filter_path=BULK_ANSWER)
         except _TooLarge:
             if len(chunk) == 1:
                 return WriteResult(rejected=[(chunk[0][0], "request entity too large (http.max_content_length)")])
