@@ -119,8 +119,9 @@ def _postgres_major(source: dict[str, Any]) -> int:
     if isinstance(sequence, str) and sequence.startswith('["'):
         # The common shape, '["<lastCommitLsn>","<lsn>"]', read without a third JSON parse per record.
         end = sequence.find('"', 2)
-        if end > 2 and sequence[2:end].isascii() and sequence[2:end].isdigit():
-            return int(sequence[2:end]) >> LSN_SHIFT
+        digits = sequence[2:end] if end > 2 else ""
+        if digits.isascii() and digits.isdigit():
+            return int(digits) >> LSN_SHIFT
     try:
         pair: Any = orjson.loads(sequence) if isinstance(sequence, str) else sequence
         last_commit, _lsn = pair

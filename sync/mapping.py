@@ -112,6 +112,10 @@ def convert(value: Any, kind: str | None) -> Any:
     converter = _CONVERTERS.get(kind or "")
     if value is None or converter is None:
         return value
+    return _converted(value, kind, converter)
+
+
+def _converted(value: Any, kind: str | None, converter: Any) -> Any:
     try:
         return converter(value)
     except BAD_VALUE as err:
@@ -157,13 +161,7 @@ def map_row(change: Change, mapping: TableMapping) -> Row:
                 doc[mapping.rename.get(column, column)] = value
             continue
         name, kind, converter = step
-        if converter is None or value is None:
-            doc[name] = value
-            continue
-        try:
-            doc[name] = converter(value)
-        except BAD_VALUE as err:
-            raise PoisonRecord(f"value {value!r} is not a valid {kind}: {err}") from None
+        doc[name] = value if converter is None or value is None else _converted(value, kind, converter)
     return Row(change, mapping.target, ident, doc)
 
 

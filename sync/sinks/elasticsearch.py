@@ -250,9 +250,7 @@ class ElasticsearchSink:
             source = self.stored_form(row.doc)
             if VERSION_FIELD in source or DELETED_FIELD in source:
                 raise ValueError(f"fields {VERSION_FIELD} and {DELETED_FIELD} are reserved for cdcsync")
-            if float in set(map(type, source.values())) and not all(
-                math.isfinite(v) for v in source.values() if isinstance(v, float)
-            ):
+            if any(isinstance(v, float) and not math.isfinite(v) for v in source.values()):
                 raise ValueError("NaN and Infinity have no JSON form")  # orjson would write null
             source[VERSION_FIELD], source[DELETED_FIELD] = row.version, False
         # orjson: a tenth of json's time per document; a lone surrogate raises (TypeError), as it should.
