@@ -78,6 +78,11 @@ class SourceConfig(_Strict):
     server_id: int | None = Field(None, ge=1, le=2**32 - 1, description="mariadb/mysql replica server id")
     topic_partitions: int = Field(1, ge=1)
     heartbeat_interval_ms: int = Field(5000, ge=100)
+    compaction_horizon_s: int = Field(
+        7 * 24 * 3600,
+        ge=10,
+        description="how long a change stays in its table topic before compaction may remove it (docs/compaction.md)",
+    )
     snapshot_mode: str = "initial"
     debezium: dict[str, str] = Field(default_factory=dict, description="extra Debezium properties")
 
