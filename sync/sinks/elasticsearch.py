@@ -32,11 +32,37 @@ Guarantees (``cdcsync.sync.sink``):
   drops them). The alias filter hides markers from search, count and point in
   time; it does **not** apply to GET/mget by id, so a reader fetching by id
   must check ``cdcsync_deleted``.
-- **Rejected rows**: an item the server refuses (mapping conflict, too many
-  fields, id too long, a request too large for one row) is returned in
-  ``rejected`` with ES's reason; the rest of the batch is applied.
-- **Retryable**: 429/503 on the request or any item, thread-pool rejections,
-  write blocks, connection errors; replaying the whole batch is idempotent.
+- **Errors** (``classify_item``; the sink contract's rule: only an error
+  about that one document rejects it, every other one stops the batch):
+
+  ==============  ======================================================
+  item answer     taken as
+  ==============  ======================================================
+  409             ``stale`` (``version_conflict_engine_exception``): the
+                  index holds this version or a newer one
+  mapping         **rejected**: ``mapper_parsing_exception``,
+                  ``document_parsing_exception``,
+                  ``strict_dynamic_mapping_exception``, and
+                  ``illegal_argument_exception`` when its reason is about
+                  a field, mapper, mapping or term (too many fields, an
+                  immense term); the rest of the batch is applied
+  before ES       **rejected**: NaN/Infinity, a lone surrogate, an int
+                  beyond 64 bits, a reserved field name, an id over 512
+                  bytes, one document over ``http.max_content_length``
+  closed index    ``RetryableError`` (``index_closed_exception``) naming
+                  the index and the fix: ``POST <index>/_open``, or
+                  reindex. Retried, then the follower stops (FatalError)
+  transient       ``RetryableError``: 429/502/503/504, thread pool
+                  rejections, circuit breakers, ``cluster_block_exception``
+                  (write blocks, disk watermarks); replaying is idempotent
+  needs a person  ``FatalError``: ``index_not_found_exception`` (the alias
+                  is gone: open creates it), ``security_exception``
+  anything else   ``RetryableError`` ("does not classify"), then
+                  ``FatalError``: never rejected
+  ==============  ======================================================
+
+  Failures of a whole request: connection errors and 429/502/503/504 retry,
+  413 splits the chunk, the rest is ``FatalError``.
 - Writes do not refresh (readers see them after ``refresh_interval``); ``held`` does.
 """
 
@@ -87,6 +113,16 @@ HIDE_MARKERS = {"bool": {"must_not": {"term": {DELETED_FIELD: True}}}}
 # Server trouble that passes: a retry of the whole batch can succeed.
 RETRYABLE_STATUS = {429, 502, 503, 504}
 RETRYABLE_TYPES = {"es_rejected_execution_exception", "circuit_breaking_exception", "cluster_block_exception"}
+# How a bulk item's error is taken (``classify_item``; the module docstring's table). Only these are about
+# the one document: the same document fails again, the others do not. Everything else stops the batch.
+REJECTED_TYPES = frozenset(
+    {"mapper_parsing_exception", "document_parsing_exception", "strict_dynamic_mapping_exception"}
+)
+# ES also uses illegal_argument_exception for requests and aliases ("no write index is defined for alias"):
+# it rejects a row only when its reason is about the document's fields, terms or mapping.
+ROW_ARGUMENT = re.compile(r"field|mapper|mapping|immense term", re.IGNORECASE)
+FATAL_ITEM_TYPES = frozenset({"index_not_found_exception", "security_exception"})
+MAX_ID_BYTES = 512  # longer: ES fails the WHOLE bulk request (action_request_validation_exception)
 
 
 class ElasticsearchSink:
@@ -238,6 +274,9 @@ class ElasticsearchSink:
     def _encode(self, row: Row) -> tuple[bytes, bytes]:
         # require_alias: if the alias vanished, fail instead of auto-creating an unmapped index.
         # A staged index is written by its concrete name; it exists, stage() created it.
+        id_bytes = len(row.doc_id.encode())  # a lone surrogate raises here too (UnicodeEncodeError)
+        if id_bytes > MAX_ID_BYTES:
+            raise ValueError(f"document id of {id_bytes} bytes; elasticsearch takes at most {MAX_ID_BYTES} bytes")
         ident = {
             "_index": self.physical(row.target),
             "_id": row.doc_id,
@@ -270,17 +309,35 @@ class ElasticsearchSink:
         for (row, _action, _source), item in zip(chunk, response["items"], strict=True):
             outcome = item["index"]
             error, status = outcome.get("error"), outcome["status"]
-            if error is None:
+            kind = classify_item(status, error)
+            if kind == "applied":
                 result.applied += 1
-            elif status == 409:  # the store holds this version or a newer one
+            elif kind == "stale":  # the store holds this version or a newer one
                 result.stale += 1
-            elif status in RETRYABLE_STATUS or error.get("type") in RETRYABLE_TYPES:
-                raise RetryableError(f"elasticsearch {self.url} refused a write ({status}): {_reason(error)}")
-            elif error.get("type") == "index_not_found_exception":
-                raise FatalError(f"{_reason(error)}; open() creates the alias {self.alias(row.target)}")
+            elif kind == "reject":
+                result.rejected.append((row, _reason(error or {})))
             else:
-                result.rejected.append((row, _reason(error)))
+                raise self._item_error(kind, status, error or {}, row.target)
         return result
+
+    def _item_error(self, kind: str, status: int, error: dict[str, Any], target: str) -> Exception:
+        """The error that stops a batch for an item Elasticsearch refused for a reason not about its row."""
+        refused = f"elasticsearch {self.url} refused a write to {self.physical(target)} ({status}): {_reason(error)}"
+        if kind == "closed":  # someone closed it; retried, then the follower stops: never dead letters
+            index = error.get("index") or self.physical(target)
+            return RetryableError(
+                f"{refused}; the index {index} is closed: open it (POST {index}/_open) or rebuild the target"
+                f" (cdcsync reindex {self.name})",
+                retry_after=5.0,
+            )
+        if kind == "retry":
+            return RetryableError(refused)
+        if error.get("type") == "index_not_found_exception":
+            return FatalError(f"{refused}; open() creates the alias {self.alias(target)}")
+        if kind == "fatal":
+            return FatalError(f"{refused}; grant the user of sink {self.name} the index privilege on {target}")
+        # In doubt, retry and let the follower stop after its attempts; a rejection would lose the row.
+        return RetryableError(f"{refused}; an error cdcsync does not classify, retrying", retry_after=2.0)
 
     # ------------------------------------------------------------------ read
 
@@ -346,6 +403,30 @@ class ElasticsearchSink:
             if status in RETRYABLE_STATUS or _error_type(err.body) in RETRYABLE_TYPES:
                 raise RetryableError(f"elasticsearch {self.url} refused {what} ({status}): {err}") from None
             raise FatalError(f"elasticsearch {self.url}: {what} failed ({status}): {err}") from None
+
+
+def classify_item(status: int, error: dict[str, Any] | None) -> str:
+    """How one bulk item's answer is taken (module docstring's table).
+
+    One of 'applied', 'stale', 'reject', 'retry', 'closed', 'fatal' or
+    'unknown' (retried too, then the follower stops: never a rejection).
+    """
+    if error is None:
+        return "applied"
+    kind = error.get("type")
+    if status == 409 and kind == "version_conflict_engine_exception":
+        return "stale"
+    if kind == "index_closed_exception":
+        return "closed"
+    if status in RETRYABLE_STATUS or kind in RETRYABLE_TYPES:
+        return "retry"
+    if kind in FATAL_ITEM_TYPES:
+        return "fatal"
+    if kind in REJECTED_TYPES:
+        return "reject"
+    if kind == "illegal_argument_exception" and ROW_ARGUMENT.search(str(error.get("reason", ""))):
+        return "reject"
+    return "unknown"
 
 
 class _TooLarge(Exception):

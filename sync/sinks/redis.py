@@ -25,16 +25,36 @@ Guarantees (``cdcsync.sync.sink``):
   row, and nothing purges them yet. Purging safely needs the same atomic
   compare per field (a marker can be replaced by a newer delete between a read
   and an HDEL), i.e. a second script; it is left out until memory asks for it.
-- **Rejected rows**: a row Redis refuses (the key holds another type, a column
-  named ``_v``, text with no UTF-8 form) is returned in ``rejected`` with the
-  reason; the rest is written, the other rows of its script call included:
-  the script runs each command with ``redis.pcall`` and returns its error as
-  that row's answer, and a row's reads come before its writes, so a refused
-  row writes nothing. An answer the sink cannot map raises ``FatalError``; it
-  never counts as applied.
-- **Retryable**: connection errors, timeouts, LOADING, BUSY (a script running
-  too long), OOM, READONLY/MASTERDOWN (failover). Rows already written stay
-  written; replaying the whole batch is idempotent.
+- **Errors** (``classify``; the sink contract's rule: only an error about
+  that one row rejects it, every other one stops the batch). A rejected row
+  writes nothing: the script runs each command with ``redis.pcall`` and
+  returns its error as that row's answer, and a row's reads come before its
+  writes. The other rows of its call are written. An answer the sink cannot
+  map raises ``FatalError``; it never counts as applied.
+
+  =================  ==========================================================
+  answer             taken as
+  =================  ==========================================================
+  ``WRONGTYPE``      **rejected**: the row's key, or its target's marker hash,
+                     holds another type
+  before the server  **rejected**: a column named ``_v``, text with no UTF-8
+                     form, a negative version
+  script error       a Lua error of the apply script (cjson cannot decode a
+                     row): the call's rows run one per call, and a row that
+                     still fails alone is **rejected**
+  transient          ``RetryableError``: connection errors, timeouts, ``BUSY``,
+                     ``LOADING``, ``OOM``, ``READONLY``, ``MASTERDOWN``,
+                     ``MISCONF``, ``NOREPLICAS``, ``CLUSTERDOWN``,
+                     ``TRYAGAIN``, SCRIPT KILL. The follower retries the whole
+                     batch (idempotent: rows written stay written), then stops
+                     with ``FatalError``
+  needs a person     ``FatalError``: ``NOAUTH``, ``WRONGPASS``, ``NOPERM`` and
+                     an ACL refusal inside the script (the message lists what
+                     to grant); ``MOVED``, ``ASK``, ``CROSSSLOT`` (Redis
+                     Cluster is not supported); ``ERR unknown command``
+  anything else      ``RetryableError`` ("unclassified"), then ``FatalError``:
+                     never rejected
+  =================  ==========================================================
 
 Generations (``stage``/``publish``). Readers' key layout above is a
 contract, so a generation cannot be a new key prefix that readers switch to.
@@ -110,8 +130,15 @@ ROWS_PER_CALL = 100
 BYTES_PER_CALL = 64 * 1024
 CALLS_PER_ROUND = 10  # script calls per pipeline round trip: ~1000 rows, as CHUNK bounds other rounds
 SCAN_COUNT = 1000
-# Error codes that pass on their own and that redis-py leaves at the start of the message.
-TRANSIENT = ("BUSY", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS")
+# How a Redis error is taken (``classify``; the module docstring's table). Only REJECTED_CODES are about
+# one row; every other answer stops the batch, and an answer not listed anywhere is retried, then stops
+# the follower (``Follower.max_attempts``): never a dead letter. Codes are the message's first word, as
+# redis-py leaves it for the codes it maps to no class (in a script's per-row replies: all of them).
+REJECTED_CODES = ("WRONGTYPE",)  # the row's key, or its target's marker hash, holds another type
+RETRYABLE_CODES = frozenset(
+    {"BUSY", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "MISCONF", "NOREPLICAS", "OOM", "READONLY", "TRYAGAIN"}
+)
+FATAL_CODES = frozenset({"ASK", "CROSSSLOT", "MOVED", "NOAUTH", "NOPERM", "WRONGPASS"})
 
 
 class RedisSink:
@@ -214,7 +241,7 @@ class RedisSink:
     def _apply(self, calls: list[_Call]) -> WriteResult:
         result = WriteResult()
         for call, reply in zip(calls, self._evalsha_all(APPLY_SHA, [c.args() for c in calls]), strict=True):
-            if isinstance(reply, RedisError) and _kind(reply) == "reject" and len(call.rows) > 1:
+            if isinstance(reply, RedisError) and classify(reply) == "script" and len(call.rows) > 1:
                 # The script itself failed, not a command of one row (those come back per row): run
                 # these rows one per call, so whatever causes it rejects its own row only. Rows the
                 # failed call applied already count as stale then.
@@ -226,7 +253,7 @@ class RedisSink:
     def _outcomes(self, call: _Call, reply: Any) -> WriteResult:
         """Count one call's per-row replies; an answer that is not one of them stops the batch."""
         if isinstance(reply, RedisError):
-            if _kind(reply) != "reject":
+            if classify(reply) != "script":
                 raise self._mapped(reply, "write")
             return WriteResult(rejected=[(row, str(reply)) for row, _, _ in call.rows])  # a call of one row
         if not isinstance(reply, list) or len(reply) != len(call.rows):
@@ -234,7 +261,7 @@ class RedisSink:
         result = WriteResult()
         for (row, _, _), status in zip(call.rows, reply, strict=True):
             if isinstance(status, RedisError):
-                if _kind(status) != "reject":
+                if classify(status) != "reject":
                     raise self._mapped(status, "write")
                 result.rejected.append((row, str(status)))
             elif status == 1:
@@ -278,9 +305,23 @@ class RedisSink:
 
     def _mapped(self, err: RedisError, what: str) -> Exception:
         """A Redis failure mapped onto the two error roots (a per-row reply outside ``write`` is fatal too)."""
-        if _kind(err) == "retry":
+        kind = classify(err)
+        if kind == "retry":
             return RetryableError(f"redis {self.url} unavailable for {what}: {err}", retry_after=2.0)
-        return FatalError(f"redis {self.url} refused {what}: {type(err).__name__}: {err}")
+        if kind == "unknown":  # in doubt: retry, and the follower stops after its attempts; never reject
+            return RetryableError(
+                f"redis {self.url}: unclassified error during {what}, retrying: {type(err).__name__}: {err}",
+                retry_after=2.0,
+            )
+        hint = ""
+        if isinstance(err, NoPermissionError) or _ACL_REFUSAL in str(err) or str(err).startswith("NOPERM"):
+            hint = (
+                f"; grant the user of sink {self.name} the commands EVALSHA, SCRIPT LOAD, HGET, HSET, HDEL, DEL,"
+                f" RENAME, SCAN, HSCAN, UNLINK, HGETALL and the keys {self.prefix}:* and {self.prefix}~* (ACL SETUSER)"
+            )
+        elif str(err).split(" ", 1)[0] in ("MOVED", "ASK", "CROSSSLOT"):
+            hint = "; the redis sink needs one server or a primary with replicas, not Redis Cluster"
+        return FatalError(f"redis {self.url} refused {what}: {type(err).__name__}: {err}{hint}")
 
     def _check_target(self, target: str) -> None:
         if not target or ":" in target or target == "_deleted":
@@ -301,7 +342,7 @@ class RedisSink:
                     pipe.hgetall(key)
                 replies = pipe.execute(raise_on_error=False)
                 for key, fields in zip(keys[start : start + SCAN_COUNT], replies, strict=True):
-                    if isinstance(fields, RedisError) and _kind(fields) != "reject":
+                    if isinstance(fields, RedisError) and classify(fields) != "reject":
                         raise fields
                     # Skipped: a key of another type (WRONGTYPE), one gone since the scan (empty), one without _v.
                     if isinstance(fields, dict) and VERSION_FIELD in fields:
@@ -319,14 +360,33 @@ class RedisSink:
         self._client.close()
 
 
-def _kind(err: RedisError) -> str:
-    """'fatal', 'retry' or 'reject' (a reply about this row only)."""
+def classify(err: RedisError) -> str:
+    """How a Redis error is taken: 'reject', 'script', 'retry', 'fatal' or 'unknown' (module docstring).
+
+    'reject': a reply about one row (REJECTED_CODES). 'script': the apply script itself failed (a Lua
+    error, e.g. cjson could not decode a row): its rows are tried one per call, and the row that still
+    fails alone is rejected. 'unknown' is retried like 'retry', its message saying it is unclassified.
+    """
     if isinstance(err, AuthenticationError | NoPermissionError):
         return "fatal"
     # redis-py strips the codes it maps to a class (OOM, READONLY, LOADING); other codes stay in the text.
     if isinstance(err, RedisConnectionError | RedisTimeoutError | OutOfMemoryError | ReadOnlyError):
         return "retry"
-    return "retry" if str(err).split(" ", 1)[0] in TRANSIENT else "reject"
+    text = str(err)
+    code = text.split(" ", 1)[0]
+    if code in REJECTED_CODES:
+        return "reject"
+    if code in RETRYABLE_CODES or "Script killed by user" in text:  # SCRIPT KILL: the rows did not run
+        return "retry"
+    if code in FATAL_CODES or _ACL_REFUSAL in text or "unknown command" in text:
+        return "fatal"
+    if "user_script:" in text or "Error running script" in text:  # Redis >= 7.0; before 7.0
+        return "script"
+    return "unknown"
+
+
+# What Redis 7.0 answers, with no code, when an ACL keeps the script from running a command.
+_ACL_REFUSAL = "can't run this command or subcommand"
 
 
 @dataclass
