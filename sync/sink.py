@@ -13,12 +13,35 @@ must uphold, on its own server and for every key:
   row, however late it comes. Readers never see markers.
 - **Idempotent batches**: ``write`` may be called again with the same batch
   after a crash; the result on the store is the same.
-- **One bad row never stops the batch**: a row the server rejects (mapping
-  conflict, oversized value) is returned in ``rejected`` with the server's
-  reason and goes to the dead-letter topic; the rest is written.
-- Transient server trouble (Elasticsearch 429, Redis BUSY, a Delta commit
-  conflict) raises ``RetryableError``: nothing was acknowledged, the follower
-  retries the whole batch. Anything else raises ``FatalError``.
+- **One bad row never stops the batch**: a row the server rejects for a
+  reason about that row alone (mapping conflict, oversized value) is returned
+  in ``rejected`` with the server's reason and goes to the dead-letter topic;
+  the rest is written.
+- **Only listed errors reject a row.** A rejected row's offset commits, so a
+  wrong rejection loses the change silently. Each sink's module docstring
+  lists, in a table, the errors it rejects a row for (summed up below); every
+  other error, one the sink has never seen included, stops the batch:
+  ``RetryableError`` for trouble that passes (Elasticsearch 429, Redis BUSY
+  or MISCONF, a Delta commit conflict; nothing is acknowledged and the
+  follower retries the whole batch with back-off, then stops with
+  ``FatalError``), ``FatalError`` for what needs a person, its message naming
+  the sink, the server's error and the fix. In doubt: retry, then stop;
+  never reject.
+
+  =============  ==============================================================
+  sink           rejects a row for (every other error stops the batch)
+  =============  ==============================================================
+  elasticsearch  ``mapper_parsing``, ``document_parsing``,
+                 ``strict_dynamic_mapping`` exceptions; an
+                 ``illegal_argument_exception`` about a field or mapping; a
+                 document with no JSON form, a reserved field, an id over 512
+                 bytes, or alone over ``http.max_content_length``. A version
+                 conflict is ``stale``, a closed index retried
+  redis          ``WRONGTYPE``; the apply script failing on the row alone; a
+                 column named ``_v``, text with no UTF-8 form
+  delta          a value that does not fit its column's type (checked before
+                 the MERGE)
+  =============  ==============================================================
 
 Members the follower calls, in order: ``open(mappings)`` once,
 ``write(batch_id, rows)`` per micro-batch, ``close()`` at shutdown; ``verify``

@@ -20,10 +20,23 @@ Guarantees (``cdcsync.sync.sink``):
   MERGE reads the history table). Delta's ``txnAppId``/``txnVersion`` keyed on
   the batch id would silently drop the batches of a new checkpoint (ids restart
   at 0), so they are not used.
-- **Bad rows**: values are checked against the column types in Python before
-  the DataFrame is built; a row that does not fit goes to ``rejected``.
-- A Delta commit conflict (``io.delta.exceptions.Concurrent*``) raises
-  ``RetryableError``; any other Spark failure ``FatalError``.
+- **Errors** (the sink contract's rule: only an error about that one row
+  rejects it). Values are checked against the column types in Python before
+  the DataFrame is built, so the MERGE itself never fails for one row:
+
+  ===============  =========================================================
+  error            taken as
+  ===============  =========================================================
+  value vs column  **rejected**: a value of another Python type than its
+                   column's (``_encode``), a decimal needing more than
+                   DECIMAL(38,10), an int beyond BIGINT, a datetime out of
+                   range, a value ``json`` cannot encode (JSON and
+                   undeclared columns)
+  commit conflict  ``RetryableError`` (``io.delta.exceptions.Concurrent*``):
+                   the follower retries the batch
+  anything else    ``FatalError`` naming the table and Spark's error (the
+                   file system, the JVM, a schema clash): never rejected
+  ===============  =========================================================
 
 Generations: ``stage`` recreates ``<path>/<target>__staging`` (dropping an
 unpublished one), which this instance then writes and reads. ``publish``
