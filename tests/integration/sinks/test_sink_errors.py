@@ -1,0 +1,232 @@
+"""Server errors that are not about one row never reject it: the real servers, made to refuse writes.
+
+A rejected row goes to the dead-letter topic and its offset commits, so an
+error about the server rather than the row must stop the batch instead
+(issue 11). Each test refuses writes in a way that touches only what it owns
+(its own index, its own ACL user) or, for NOREPLICAS, changes one server
+setting for the length of one write and restores the value it read first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka.admin import AdminClient, NewTopic
+from elasticsearch import Elasticsearch
+
+from cdcsync.errors import FatalError, RetryableError
+from cdcsync.events import Change
+from cdcsync.sync.follower import BatchCounts, DeadLetters, Follower, Record
+from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.sink import Row, Sink
+from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
+from cdcsync.sync.sinks.redis import RedisSink
+from tests.support import ENV, end_offset, uid
+
+ES_URL = f"http://127.0.0.1:{ENV['ES_PORT']}"
+REDIS_PORT = int(ENV["REDIS_PORT"])
+KAFKA = f"127.0.0.1:{ENV['KAFKA_PORT']}"
+TOPIC = "test.public.items"  # the records' topic: only a key of the follower's mappings, never created
+MAPPING = TableMapping("public.items", "items")
+
+
+def upsert(doc_id: int, version: int, **fields: Any) -> Row:
+    doc = {"id": doc_id, **fields}
+    change = Change("test", "public.items", "u", {"id": doc_id}, doc, None, version, TOPIC, 0, version)
+    return Row(change, "items", str(doc_id), doc)
+
+
+def record(offset: int, doc_id: int, name: str) -> Record:
+    """A Debezium Postgres update, as the follower reads it from Kafka."""
+    envelope = {
+        "before": None,
+        "after": {"id": doc_id, "name": name},
+        "source": {
+            "connector": "postgresql",
+            "name": "test",
+            "schema": "public",
+            "table": "items",
+            "ts_ms": 1_709_207_130_000,
+            "sequence": f'["{1000 + offset}","{1100 + offset}"]',
+        },
+        "transaction": {"total_order": offset + 1},
+        "op": "u",
+    }
+    return Record(TOPIC, 0, offset, json.dumps({"id": doc_id}).encode(), json.dumps(envelope).encode())
+
+
+def batch(n: int) -> list[Record]:
+    return [record(i, i, f"name {i}") for i in range(n)]
+
+
+@contextmanager
+def dead_letter_topic() -> Iterator[str]:
+    admin = AdminClient({"bootstrap.servers": KAFKA})
+    topic = f"dlq.test-{uid()}"
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    try:
+        yield topic
+    finally:
+        admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
+
+
+def follower(sink: Sink, topic: str) -> Follower:
+    # One attempt: a RetryableError becomes the FatalError that stops the follower at once.
+    return Follower("errors-test", sink, {TOPIC: MAPPING}, DeadLetters(KAFKA, topic, "errors-test"), max_attempts=1)
+
+
+def assert_dead_letters_add_up(counts: BatchCounts, topic: str, rows: int) -> None:
+    """The batch after the fault: every row applied, the poison record alone dead-lettered, counts adding up."""
+    assert counts.adds_up(), counts
+    assert (counts.consumed, counts.applied, counts.dead_lettered) == (rows + 1, rows, 1)
+    assert end_offset(topic) == 1  # the failed batch sent nothing to the dead letters
+
+
+def poison(offset: int) -> Record:
+    return Record(TOPIC, 0, offset, None, b"{}")  # no key: dead-lettered while parsing
+
+
+# --------------------------------------------------------------------------- Elasticsearch
+
+
+@pytest.fixture
+def es() -> Iterator[Elasticsearch]:
+    client = Elasticsearch(ES_URL, request_timeout=30)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def es_sink(es: Elasticsearch) -> Iterator[ElasticsearchSink]:
+    prefix = f"cdcsync-test-{uid()}-"
+    sink = ElasticsearchSink("es-errors", ES_URL, index_prefix=prefix)
+    sink.open([MAPPING])
+    yield sink
+    sink.close()
+    names = list(es.indices.get(index=f"{prefix}*", expand_wildcards="open,closed"))
+    if names:  # a closed index is deleted like an open one
+        es.indices.delete(index=",".join(names))
+
+
+def physical(es: Elasticsearch, sink: ElasticsearchSink) -> str:
+    (index,) = es.indices.get_alias(name=sink.alias("items"))
+    return str(index)
+
+
+def reopen(es: Elasticsearch, index: str) -> None:
+    es.indices.open(index=index)
+    es.cluster.health(index=index, wait_for_status="green", timeout="30s")
+
+
+def test_a_closed_index_rejects_no_row_and_the_write_applies_once_it_is_reopened(
+    es: Elasticsearch, es_sink: ElasticsearchSink
+) -> None:
+    assert es_sink.write(1, [upsert(1, 10, name="before")]).applied == 1
+    index = physical(es, es_sink)
+    es.indices.close(index=index)
+    rows = [upsert(1, 20, name="while closed"), upsert(2, 20, name="new")]
+    with pytest.raises(RetryableError, match=rf"POST {index}/_open"):
+        es_sink.write(2, rows)
+    reopen(es, index)
+    result = es_sink.write(2, rows)  # the follower's retry of the same batch
+    assert (result.applied, result.stale, result.rejected) == (2, 0, [])
+    assert es_sink.held("items") == {
+        "1": (20, {"id": 1, "name": "while closed"}),
+        "2": (20, {"id": 2, "name": "new"}),
+    }
+
+
+def test_the_follower_dead_letters_nothing_while_the_index_is_closed(
+    es: Elasticsearch, es_sink: ElasticsearchSink
+) -> None:
+    index = physical(es, es_sink)
+    with dead_letter_topic() as topic:
+        run = follower(es_sink, topic)
+        es.indices.close(index=index)
+        with pytest.raises(FatalError, match=rf"giving up after 1 attempts: .*POST {index}/_open"):
+            run.process(1, batch(3))
+        run.dead_letters.flush()
+        reopen(es, index)
+        counts = run.process(1, [*batch(3), poison(3)])  # Spark replays the batch: its offsets never committed
+        assert_dead_letters_add_up(counts, topic, rows=3)
+    assert set(es_sink.held("items")) == {"0", "1", "2"}
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+@pytest.fixture
+def admin() -> Iterator[redis.Redis]:
+    conn = redis.Redis(port=REDIS_PORT, decode_responses=True)
+    yield conn
+    conn.close()
+
+
+@contextmanager
+def redis_sink(admin: redis.Redis, url: str | None = None) -> Iterator[RedisSink]:
+    sink = RedisSink("redis-errors", url or f"redis://127.0.0.1:{REDIS_PORT}/0", prefix=f"cdctest{uid()}")
+    try:
+        yield sink
+    finally:
+        sink.close()
+        keys = list(admin.scan_iter(match=f"{sink.prefix}:*", count=1000))
+        if keys:
+            admin.delete(*keys)
+
+
+@contextmanager
+def user_without_hset(admin: redis.Redis) -> Iterator[str]:
+    """A Redis URL for a new ACL user that may run every command but HSET; the user is deleted after."""
+    user, password = f"cdctest-{uid()}", uid()
+    admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "+@all", "-hset")
+    try:
+        yield f"redis://{user}:{password}@127.0.0.1:{REDIS_PORT}/0"
+    finally:
+        admin.execute_command("ACL", "DELUSER", user)
+
+
+def test_an_acl_refusal_inside_the_script_rejects_no_row_and_names_the_fix(admin: redis.Redis) -> None:
+    # Redis 7.0 answers it with no error code: "The user executing the script can't run this command ...".
+    with user_without_hset(admin) as url, redis_sink(admin, url) as sink:
+        sink.open([MAPPING])
+        rows = [upsert(i, 10, name=f"n{i}") for i in range(3)]
+        with pytest.raises(FatalError, match="ACL SETUSER"):
+            sink.write(1, rows)
+        user = url.split("//", 1)[1].split(":", 1)[0]
+        admin.execute_command("ACL", "SETUSER", user, "+hset")
+        result = sink.write(1, rows)
+        assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+
+
+def test_noreplicas_rejects_no_row_and_is_retryable(admin: redis.Redis) -> None:
+    with redis_sink(admin) as sink:
+        sink.open([MAPPING])
+        rows = [upsert(i, 10, name=f"n{i}") for i in range(3)]
+        original = admin.config_get("min-replicas-to-write")["min-replicas-to-write"]
+        try:
+            admin.config_set("min-replicas-to-write", 1)  # no replica here: every write answers NOREPLICAS
+            with pytest.raises(RetryableError, match="NOREPLICAS"):
+                sink.write(1, rows)
+        finally:
+            admin.config_set("min-replicas-to-write", original)
+        assert admin.config_get("min-replicas-to-write")["min-replicas-to-write"] == original
+        result = sink.write(1, rows)
+        assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+
+
+def test_the_follower_dead_letters_nothing_when_redis_refuses_the_script_a_command(admin: redis.Redis) -> None:
+    with user_without_hset(admin) as url, redis_sink(admin, url) as sink, dead_letter_topic() as topic:
+        sink.open([MAPPING])
+        run = follower(sink, topic)
+        with pytest.raises(FatalError, match="ACL SETUSER"):
+            run.process(1, batch(3))
+        run.dead_letters.flush()
+        admin.execute_command("ACL", "SETUSER", url.split("//", 1)[1].split(":", 1)[0], "+hset")
+        counts = run.process(1, [*batch(3), poison(3)])
+        assert_dead_letters_add_up(counts, topic, rows=3)
+        assert set(sink.held("items")) == {"0", "1", "2"}
