@@ -1,8 +1,13 @@
 """Pre-create the topics a source writes to, with the settings capture relies on.
 
 Per captured table: ``cleanup.policy=compact`` so the topic keeps the latest
-row per primary key (deletes end in a tombstone). The heartbeat topic is
-compacted too. The MariaDB schema-history topic must never lose a record:
+row per primary key (deletes end in a tombstone), with the source's
+**compaction horizon** (``compaction_horizon_s``) as ``min.compaction.lag.ms``
+and ``delete.retention.ms``: for that long every change, a delete's ``op=d``
+event included, stays in the log uncompacted, and a follower within it never
+misses a delete (docs/compaction.md). An existing table topic with other
+horizon settings is corrected in place, and the correction is reported. The
+heartbeat topic is compacted too. The MariaDB schema-history topic must never lose a record:
 one partition, delete policy, infinite retention. An existing topic whose
 cleanup policy is wrong is reported, not silently changed: compacting a topic
 that consumers treat as a full history would lose data.
@@ -13,12 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from cdcsync.config import Config, SourceConfig
 from cdcsync.errors import FatalError, RetryableError
 
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
+# Settings an existing topic is brought to (the rest of a spec applies at creation only).
+HORIZON_KEYS = ("min.compaction.lag.ms", "delete.retention.ms")
 HISTORY = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 
 
@@ -29,8 +36,15 @@ class TopicSpec:
     config: dict[str, str]
 
 
+def table_topic_config(source: SourceConfig) -> dict[str, str]:
+    """A table topic's settings: compacted, nothing compacted before the source's horizon."""
+    horizon_ms = str(source.compaction_horizon_s * 1000)
+    return {**COMPACT, "min.compaction.lag.ms": horizon_ms, "delete.retention.ms": horizon_ms}
+
+
 def topic_specs(source: SourceConfig) -> list[TopicSpec]:
-    specs = [TopicSpec(source.topic(t), source.topic_partitions, COMPACT) for t in source.tables]
+    table_config = table_topic_config(source)
+    specs = [TopicSpec(source.topic(t), source.topic_partitions, table_config) for t in source.tables]
     specs.append(TopicSpec(source.heartbeat_topic, 1, COMPACT))
     # BEGIN/END markers of each transaction: a stream, not state.
     specs.append(TopicSpec(source.transaction_topic, 1, {"cleanup.policy": "delete"}))
@@ -77,15 +91,46 @@ def ensure_topics(config: Config, specs: list[TopicSpec]) -> list[str]:
     wanted = {s.name: s for s in specs if s.name in present}
     if wanted:
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in wanted]
+        corrections: dict[str, dict[str, tuple[str, str]]] = {}
         for resource, future in client.describe_configs(resources).items():
-            policy = future.result(timeout=30)["cleanup.policy"].value
-            expected = wanted[resource.name].config["cleanup.policy"]
+            current = future.result(timeout=30)
+            spec = wanted[resource.name]
+            policy, expected = current["cleanup.policy"].value, spec.config["cleanup.policy"]
             if policy != expected:
                 raise FatalError(
                     f"topic {resource.name} exists with cleanup.policy={policy}, expected {expected}; "
                     f"fix it with kafka-configs --alter --entity-type topics --entity-name {resource.name} "
                     f"--add-config cleanup.policy={expected}"
                 )
+            differ = {
+                key: (current[key].value, spec.config[key])
+                for key in HORIZON_KEYS
+                if key in spec.config and current[key].value != spec.config[key]
+            }
+            if differ:
+                corrections[resource.name] = differ
+        actions += _correct(client, corrections)
+    return actions
+
+
+def _correct(client: AdminClient, corrections: dict[str, dict[str, tuple[str, str]]]) -> list[str]:
+    """Set the horizon settings of existing topics (incrementally: their other settings stay)."""
+    if not corrections:
+        return []
+    resources = []
+    for name, differ in corrections.items():
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+        for key, (_old, new) in differ.items():
+            resource.add_incremental_config(ConfigEntry(key, new, incremental_operation=AlterConfigOpType.SET))
+        resources.append(resource)
+    actions = []
+    for resource, future in client.incremental_alter_configs(resources).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as err:
+            raise FatalError(f"topic {resource.name}: could not set its compaction horizon: {err}") from None
+        changes = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in corrections[resource.name].items())
+        actions.append(f"topic {resource.name}: corrected {changes}")
     return actions
 
 

@@ -15,6 +15,10 @@ second sink instance of the follower (docs/reindex.md says why each step):
    writing them across it); the new store was built only up to E1b. Replaying
    them again where the daemon already wrote them is a no-op: versions.
 
+A reindex of every table (no ``--table``) then records E2 as the offsets the
+rebuilt store reflects (``sync.position.record_reindexed``): a follower
+refused for a position past the compaction horizon resumes from there.
+
 Killed anywhere before 4, readers never saw the staged store and the next
 run's ``stage`` removes it. Killed between 4 and 5, the daemon's own writes
 after the switch are in; only changes of the last seconds before the switch
@@ -34,6 +38,7 @@ from cdcsync.errors import ConfigError
 from cdcsync.snapshot.bootstrap import Offsets, Progress, Summary, capture, offsets_json, publish, replay
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.position import record_reindexed
 from cdcsync.sync.stream import build_follower
 
 if TYPE_CHECKING:
@@ -101,6 +106,8 @@ def reindex(
     finally:
         follower.sink.close()
     summary.offsets = {"filled_to": offsets_json(e1), "staged_to": offsets_json(e1b), "caught_up_to": offsets_json(e2)}
+    if table is None:
+        record_reindexed(config, cfg.name, summary.offsets["caught_up_to"])
     summary.seconds = round(time.monotonic() - started, 2)
     return summary
 

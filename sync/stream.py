@@ -6,45 +6,32 @@ function runs on the driver and hands the records to ``Follower.process``;
 Spark commits a batch's offsets to the checkpoint only after it returns.
 
 The Kafka source reads compacted topics, whose offsets have gaps by design,
-hence ``failOnDataLoss=false``.
+hence ``failOnDataLoss=false``. Because that option would also pass over a
+lost position silently, ``start_query`` first checks the follower's position
+(``sync.position``): lost, or past the compaction horizon, the follower
+refuses to start and names ``reindex``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
-from cdcsync.spark import state_dir
 from cdcsync.sync import executors
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, tune_gc
 from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.position import base_dir, check_position, checkpoint_dir, start_file
 from cdcsync.sync.sink import Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
-
-
-def base_dir(config: Config) -> Path:
-    return Path(config.state_dir) if config.state_dir else state_dir()
-
-
-def checkpoint_dir(config: Config, follower: FollowerConfig) -> Path:
-    return (
-        Path(follower.checkpoint_dir) if follower.checkpoint_dir else base_dir(config) / "checkpoints" / follower.name
-    )
-
-
-def start_file(base: Path, follower: str) -> Path:
-    """Where ``cdcsync bootstrap`` records the offsets a new follower starts streaming from."""
-    return base / "bootstrap" / f"{follower}.json"
 
 
 def starting_offsets(config: Config, cfg: FollowerConfig, topics: list[str]) -> str:
@@ -133,6 +120,7 @@ def build_follower(
 def start_query(
     spark: SparkSession, config: Config, cfg: FollowerConfig, follower: Follower, once: bool = False
 ) -> StreamingQuery:
+    check_position(config, cfg, sorted(follower.mappings))
     source = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
