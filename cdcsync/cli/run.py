@@ -13,6 +13,8 @@ import click
 
 from cdcsync.cli import load
 
+POSITION_CHECK_S = 60  # how often a running follower's position is checked against the compaction horizon
+
 
 @click.command("run")
 @click.argument("followers", nargs=-1)
@@ -31,10 +33,15 @@ def run(ctx: click.Context, followers: tuple[str, ...], once: bool, metrics_port
     """Run the followers (all configured ones by default) until stopped.
 
     Each follower is its own Spark Structured Streaming query with its own
-    checkpoint; a restart resumes where it stopped. Exit 1 if a query fails.
+    checkpoint; a restart resumes where it stopped. A follower whose position
+    is lost or falls past its topics' compaction horizon is refused at start
+    and, while running, checked every minute (``sync.position``): the daemon
+    stops and names ``reindex``. Exit 1 if a query fails.
     """
     from cdcsync import metrics
+    from cdcsync.errors import RetryableError
     from cdcsync.spark import spark_session
+    from cdcsync.sync.position import PositionError, check_position
     from cdcsync.sync.stream import build_follower, checkpoint_dir, start_query
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
@@ -46,10 +53,11 @@ def run(ctx: click.Context, followers: tuple[str, ...], once: bool, metrics_port
     if not selected:
         raise click.UsageError("no followers configured")
     spark = spark_session("cdcsync", master)
-    queries = []
+    queries, followed = [], []
     for cfg in selected:
         follower = build_follower(config, cfg, spark)
         queries.append(start_query(spark, config, cfg, follower, once=once))
+        followed.append((cfg, sorted(follower.mappings)))
         log.info(
             "follower=%s started topics=%d checkpoint=%s", cfg.name, len(follower.mappings), checkpoint_dir(config, cfg)
         )
@@ -69,6 +77,7 @@ def run(ctx: click.Context, followers: tuple[str, ...], once: bool, metrics_port
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: stopping.append(signum))
+    next_check = time.monotonic() + POSITION_CHECK_S
     while not stopping:
         for query in queries:
             if not query.isActive:
@@ -76,6 +85,18 @@ def run(ctx: click.Context, followers: tuple[str, ...], once: bool, metrics_port
                 for other in queries:
                     other.stop()
                 ctx.exit(1)
+        if time.monotonic() >= next_check:
+            next_check = time.monotonic() + POSITION_CHECK_S
+            for cfg, topics in followed:
+                try:
+                    check_position(config, cfg, topics)
+                except RetryableError as err:
+                    log.warning("follower=%s position check skipped: %s", cfg.name, err)
+                except PositionError as err:
+                    log.error("follower=%s %s", cfg.name, err)
+                    for query in queries:
+                        stop_between_batches(query)
+                    ctx.exit(1)
         time.sleep(0.5)
     log.info("signal %d: stopping %d queries between batches", stopping[0], len(queries))
     for query in queries:
