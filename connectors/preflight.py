@@ -92,6 +92,7 @@ def check_mariadb(source: SourceConfig) -> list[str]:
             problems.append(f"{where}: binlog_format is {fmt}; set binlog_format = ROW")
         if image != "FULL":
             problems.append(f"{where}: binlog_row_image is {image}; set binlog_row_image = FULL")
+        problems.extend(_gtid_problems(cur, where))
         cur.execute("SHOW GRANTS")
         grants = " ".join(row[0] for row in cur.fetchall()).upper()
         if "REPLICATION SLAVE" not in grants and "ALL PRIVILEGES ON *.*" not in grants:
@@ -117,15 +118,45 @@ def check_mariadb(source: SourceConfig) -> list[str]:
     return problems
 
 
+def _gtid_problems(cur: pymysql.cursors.Cursor, where: str) -> list[str]:
+    """A change's version is its GTID sequence number in domain 0 (cdcsync/events.py): check the server keeps it so."""
+    cur.execute("SELECT @@gtid_domain_id, @@gtid_strict_mode, @@gtid_binlog_pos")
+    domain, strict, binlog_pos = cur.fetchone()  # type: ignore[misc]
+    return gtid_problems(int(domain), bool(strict), str(binlog_pos or ""), where)
+
+
+def gtid_problems(domain: int, strict: bool, binlog_pos: str, where: str) -> list[str]:
+    """The GTID settings of a MariaDB server that would make versions wrong, each with its fix (pure)."""
+    problems = []
+    if domain != 0:
+        problems.append(
+            f"{where}: gtid_domain_id is {domain}; cdcsync orders changes by the GTID sequence of domain 0 and "
+            "dead-letters other domains: set gtid_domain_id = 0 (server option --gtid-domain-id=0)"
+        )
+    others = sorted({gtid.split("-")[0] for gtid in binlog_pos.split(",") if gtid.strip()} - {"0"})
+    if others:
+        problems.append(
+            f"{where}: the binlog holds GTIDs of domain(s) {', '.join(others)} (gtid_binlog_pos {binlog_pos}); "
+            "cdcsync follows domain 0 only: write every captured change in domain 0, and purge or reset the "
+            "binlog of the other domains before capturing"
+        )
+    if not strict:
+        problems.append(
+            f"{where}: gtid_strict_mode is OFF, so a GTID sequence number can go backwards and newer changes "
+            "would be skipped as older; SET GLOBAL gtid_strict_mode = ON and add --gtid-strict-mode=1 to the "
+            "server options"
+        )
+    return problems
+
+
 CHECKS: dict[str, Callable[[SourceConfig], list[str]]] = {
     "postgres": check_postgres,
     "mariadb": check_mariadb,
-    "mysql": check_mariadb,
 }
 
 
 def run_preflight(config: Config, client: ConnectClient, sources: list[SourceConfig]) -> list[str]:
     problems = check_connect(client, config)
     for source in sources:
-        problems.extend(CHECKS[source.kind](source))
+        problems.extend(CHECKS[source.kind](source))  # kind mysql is refused when the config loads
     return problems

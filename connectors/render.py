@@ -19,7 +19,6 @@ from cdcsync.config import Config, SourceConfig
 CONNECTOR_CLASSES = {
     "postgres": "io.debezium.connector.postgresql.PostgresConnector",
     "mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
-    "mysql": "io.debezium.connector.mysql.MySqlConnector",
 }
 SECRET_KEYS = re.compile(r"password|secret|token", re.IGNORECASE)
 

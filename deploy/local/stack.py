@@ -330,7 +330,7 @@ def mariadb_start() -> None:
         shutil.which("mariadbd") or "/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}",
         f"--port={ENV['MARIADB_PORT']}", "--bind-address=127.0.0.1", f"--socket={RUN / 'mariadb.sock'}",
         f"--pid-file={RUN / 'mariadbd.pid'}", "--log-bin=mariadb-bin", "--binlog-format=ROW",
-        "--binlog-row-image=FULL", "--server-id=1", "--gtid-domain-id=0", "--log-slave-updates",
+        "--binlog-row-image=FULL", "--server-id=1", "--gtid-domain-id=0", "--gtid-strict-mode=1", "--log-slave-updates",
         "--innodb-buffer-pool-size=128M", "--expire-logs-days=7", "--skip-name-resolve",
         "--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci",
     ])

@@ -67,7 +67,7 @@ def test_malformed_debezium_property_fails_naming_the_field(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     "field,value,message",
     [
-        ("kind", "oracle", "sources[0].kind: Input should be 'postgres', 'mariadb' or 'mysql'"),
+        ("kind", "oracle", "sources[0].kind: Input should be 'postgres' or 'mariadb'"),
         ("port", 99999, "sources[0].port: Input should be less than or equal to 65535"),
         ("tables", ["a.b.c"], "sources[0].tables"),
     ],
@@ -152,3 +152,29 @@ def test_applying_twice_changes_nothing_then_reports_the_changed_keys() -> None:
     finally:
         drop_capture(config)
         execute("postgres", f"DROP TABLE {table}")
+
+
+def test_gtid_strict_mode_off_is_refused_with_the_fix_and_registers_nothing(tmp_path: Path) -> None:
+    table = f"gtid_{uid()}"
+    execute("mariadb", f"CREATE TABLE {table} (id int PRIMARY KEY)")
+    source = source_dict("mariadb", f"gtid{uid()}", [f"inventory.{table}"])
+    root = maria_admin()
+    root.cursor().execute("SET GLOBAL gtid_strict_mode = OFF")  # restored at once below
+    try:
+        done = run_cli(tmp_path, [source], "apply")
+        assert done.returncode == 1, done.stderr
+        assert "gtid_strict_mode is OFF" in done.stderr and "SET GLOBAL gtid_strict_mode = ON" in done.stderr
+        assert not registered(source["name"])
+    finally:
+        root.cursor().execute("SET GLOBAL gtid_strict_mode = ON")
+        root.close()
+        execute("mariadb", f"DROP TABLE {table}")
+
+
+def test_kind_mysql_is_refused_at_config_load_before_anything_is_registered(tmp_path: Path) -> None:
+    source = {**source_dict("mariadb", f"my{uid()}", ["inventory.anything"]), "kind": "mysql"}
+    done = run_cli(tmp_path, [source], "apply")
+    assert done.returncode == 2, done.stderr
+    assert "sources[0].kind: Value error, kind mysql is not supported yet" in done.stderr
+    assert "kind: mariadb" in done.stderr
+    assert not registered(source["name"])

@@ -60,7 +60,7 @@ def test_every_problem_is_listed_with_its_path(tmp_path: Path) -> None:
         load_config(write(tmp_path, bad), env={})
     text = "\n".join(err.value.problems)
     for expected in (
-        "sources[0].kind: Input should be 'postgres', 'mariadb' or 'mysql'",
+        "sources[0].kind: Input should be 'postgres' or 'mariadb'",
         "sources[0].tables",
         "sources[1].name: String should match pattern",
         "sources[1].typo: Extra inputs are not permitted",
@@ -82,3 +82,11 @@ def test_duplicate_source_names_and_unreadable_files(tmp_path: Path) -> None:
 def test_redacted_config_hides_secrets(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, {"sources": [SOURCE]}), env={})
     assert "hunter2" not in str(cfg.redacted())
+
+
+def test_kind_mysql_is_refused_with_the_reason_and_the_alternative(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, {"sources": [{**SOURCE, "kind": "mysql"}]}), env={})
+    [problem] = err.value.problems
+    assert problem.startswith("sources[0].kind: Value error, kind mysql is not supported yet")
+    assert "server_uuid:N" in problem and "kind: mariadb" in problem

@@ -40,8 +40,6 @@ def test_mariadb_gets_server_id_schema_history_and_source_overrides_win() -> Non
     assert rendered["schema.history.internal.kafka.topic"] == "_cdcsync_schema_history.src"
     assert rendered["schema.history.internal.kafka.bootstrap.servers"] == cfg.kafka.bootstrap_servers
     assert (rendered["snapshot.mode"], rendered["max.batch.size"]) == ("no_data", "4096")
-    mysql = config(kind="mysql", tables=["app.t"])
-    assert render(mysql.sources[0], mysql)["connector.class"] == "io.debezium.connector.mysql.MySqlConnector"
 
 
 def test_redact_masks_passwords_only() -> None:
@@ -58,3 +56,12 @@ def test_topics_are_compacted_and_schema_history_is_kept_forever() -> None:
     history = specs["_cdcsync_schema_history.src"]
     assert (history.partitions, history.config["cleanup.policy"], history.config["retention.ms"]) == (1, "delete", "-1")
     assert "_cdcsync_schema_history.src" not in {s.name for s in topic_specs(config().sources[0])}
+
+
+def test_table_topics_keep_changes_uncompacted_for_the_source_horizon() -> None:
+    cfg = config(compaction_horizon_s=3600)
+    specs = {s.name: s for s in topic_specs(cfg.sources[0])}
+    table = next(s for name, s in specs.items() if name.startswith("src.") and "transaction" not in name)
+    assert table.config["min.compaction.lag.ms"] == table.config["delete.retention.ms"] == "3600000"
+    assert "min.compaction.lag.ms" not in specs["__debezium-heartbeat.src"].config  # heartbeats need no horizon
+    assert config().sources[0].compaction_horizon_s == 7 * 24 * 3600
