@@ -20,11 +20,9 @@ Guarantees (``cdcsync.sync.sink``):
   running script makes every other client of the server wait.
 - **Deletes remove the row** and leave a marker, so a replayed older write
   cannot resurrect it, and a delete of a row the sink never saw still wins
-  over the older snapshot of it arriving later. Trade-off: markers are kept
-  until purged, one hash field (id + version, some tens of bytes) per deleted
-  row, and nothing purges them yet. Purging safely needs the same atomic
-  compare per field (a marker can be replaced by a newer delete between a read
-  and an HDEL), i.e. a second script; it is left out until memory asks for it.
+  over the older snapshot of it arriving later. Trade-off: markers are kept,
+  one hash field (id + version, some tens of bytes) per deleted row, until a
+  reindex replaces them with the rebuilt generation's.
 - **Errors** (``classify``; the sink contract's rule: only an error about
   that one row rejects it, every other one stops the batch). A rejected row
   writes nothing: the script runs each command with ``redis.pcall`` and
@@ -57,30 +55,38 @@ Guarantees (``cdcsync.sync.sink``):
   =================  ==========================================================
 
 Generations (``stage``/``publish``). Readers' key layout above is a
-contract, so a generation cannot be a new key prefix that readers switch to.
-``stage`` deletes every ``P~*`` key (an earlier stage never published), then
+contract, so a generation cannot be a new key prefix that readers switch to,
+nor a spare logical database switched with ``SWAPDB``: that swaps every key of
+the database, other followers' and other applications' prefixes included
+(docs/reindex.md). ``stage`` deletes every ``P~*`` key (an earlier stage never
+published), opens a **journal** ``P~written:T`` per staged target (a set), then
 this instance writes and reads ``P~G:T:<id>`` and ``P~G:_deleted:T`` (``G``
-from the clock), which no reader looks at. ``publish`` then promotes the
-staged rows onto the live keys, one script call per key, in pipelined chunks:
+from the clock), which no reader looks at. While a journal exists, the apply
+script of every writer (the running follower) adds each id it applies to it,
+in the same atomic call as the write. Everything the follower wrote before
+the journal existed came from offsets the staged generation is built past,
+so for an id not in the journal the staged state is the newer one, whatever
+the versions say. ``publish`` then makes each live target the staged
+generation plus the follower's writes since the stage, in two passes of one
+script call per key, pipelined in chunks:
 
-- a staged row is RENAMEd over the live key if its version is newer than what
-  the live side holds (row ``_v`` or marker), and the live marker is cleared;
-  else the live key, written meanwhile by the running follower, is kept and
-  the staged key dropped;
-- a staged delete marker newer than the live side deletes the live row and
-  becomes the live marker;
-- the staged key or marker field is removed in the same script.
+1. **purge**: a live row or live marker whose id has neither a staged row
+   nor a staged marker and is not in the journal is removed: an orphan (its
+   delete was compacted away and the old store missed it) or a stale marker;
+2. **promote**: each staged row is RENAMEd over the live key and each staged
+   marker replaces the live row and marker, unless the id is in the journal
+   with a newer live version (a tie goes to the staged state, which carries
+   the reindex's mapping). So markers are reset to the rebuilt generation's,
+   and a mapping change reaches every row; then the journals go.
 
 What readers observe: each key switches atomically (a RENAME replaces it in
 one step, never absent in between), but not all keys at one instant; during
-publish some rows are already the rebuilt ones and others not yet. Both are
-versions of that row the follower applied or would apply, and the version
-rule keeps a key from going backwards. A key present before the reindex
-disappears only if the rebuilt generation holds a newer delete for it, which
-is what a source delete does anyway: never missing, never fewer rows than the
-source warrants. Not covered: a live row the rebuilt generation knows nothing
-about (neither row nor marker, e.g. its delete was compacted away and the old
-store missed it) stays; ``verify`` reports it as ``extra``.
+publish some rows are already the rebuilt ones and others not yet. A row the
+source holds is never missing: the rebuilt generation has it (it existed up
+to where the generation is built), or the follower wrote it since the stage
+(journal). A writer still running an apply script without the journal (a
+follower not restarted after an upgrade) is not seen: a key it wrote during
+the reindex can show its rebuilt state until the reindex's final catch-up.
 
 Assumes one Redis server or a primary with replicas, not Redis Cluster: a
 row's key and its target's marker hash are in different slots. Target names
@@ -119,7 +125,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
-from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, SCRIPTS
+from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
 
 VERSION_FIELD = "_v"
 CHUNK = 1000  # commands per pipeline round trip: bounds client and server buffers on huge batches
@@ -130,6 +136,9 @@ ROWS_PER_CALL = 100
 BYTES_PER_CALL = 64 * 1024
 CALLS_PER_ROUND = 10  # script calls per pipeline round trip: ~1000 rows, as CHUNK bounds other rounds
 SCAN_COUNT = 1000
+# The member a stage puts in each journal so that it exists (an empty set does not). A doc id equal to it
+# would only be taken as written by the follower: the version rule instead of a plain replace at publish.
+JOURNAL_OPEN = ""
 # How a Redis error is taken (``classify``; the module docstring's table). Only REJECTED_CODES are about
 # one row; every other answer stops the batch, and an answer not listed anywhere is retried, then stops
 # the follower (``Follower.max_attempts``): never a dead letter. Codes are the message's first word, as
@@ -166,38 +175,65 @@ class RedisSink:
     def marker_key(self, target: str, space: str | None = None) -> str:
         return f"{space or self._space}:_deleted:{target}"
 
+    def journal_key(self, target: str, space: str | None = None) -> str:
+        """The set of ids the running follower wrote since a reindex of ``target`` staged (module docstring).
+
+        Only the live space's journal is ever created; a staged instance's writes name one that never exists.
+        """
+        return f"{space or self._space}~written:{target}"
+
     # ------------------------------------------------------------------ generations
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
-        """Drop leftovers of an unpublished stage; write and read a new generation from now on."""
+        """Drop leftovers of an unpublished stage, open the journals; write and read a new generation from now on."""
         self.open(mappings)
+        targets = sorted({m.target for m in mappings})
         try:
             for keys in _chunks(self._client.scan_iter(match=_glob_escape(f"{self.prefix}~") + "*", count=SCAN_COUNT)):
                 self._client.unlink(*keys)
+            for target in targets:  # from now on the running follower notes every id it writes
+                self._client.sadd(self.journal_key(target, self.prefix), JOURNAL_OPEN)
         except RedisError as err:
             raise self._mapped(err, "dropping an unpublished stage") from None
         self._space = f"{self.prefix}~{time.time_ns():x}"
-        self._staged = sorted({m.target for m in mappings})
+        self._staged = targets
 
     def publish(self) -> None:
-        """Promote the staged generation onto the live keys, key by key (module docstring)."""
+        """Make the live keys the staged generation plus the follower's writes since the stage (module docstring)."""
         staged, live = self._space, self.prefix
         try:
             for target in self._staged:
+                # Pass 1: live rows and markers the rebuilt generation does not know and the follower did not write.
+                head = f"{live}:{target}:"
+                for keys in _chunks(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT)):
+                    self._publish_calls(PURGE_SHA, target, "row", [(key, key[len(head) :]) for key in keys])
+                markers = self.marker_key(target, live)
+                for ids in _chunks(field for field, _ in self._client.hscan_iter(markers, count=SCAN_COUNT)):
+                    self._publish_calls(PURGE_SHA, target, "marker", [(markers, i) for i in ids])
+                # Pass 2: every staged row and marker replaces the live key.
                 head = f"{staged}:{target}:"
                 for keys in _chunks(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT)):
-                    self._promote(target, "row", [(key, key[len(head) :]) for key in keys])
+                    self._publish_calls(PROMOTE_SHA, target, "row", [(key, key[len(head) :]) for key in keys])
                 markers = self.marker_key(target, staged)
                 for ids in _chunks(field for field, _ in self._client.hscan_iter(markers, count=SCAN_COUNT)):
-                    self._promote(target, "marker", [(markers, i) for i in ids])
-        except RedisError as err:  # publish again: what was promoted already is a no-op
+                    self._publish_calls(PROMOTE_SHA, target, "marker", [(markers, i) for i in ids])
+            for target in self._staged:
+                self._client.unlink(self.journal_key(target, live))
+        except RedisError as err:  # a killed or failed publish is finished by the next reindex (docs/reindex.md)
             raise self._mapped(err, "publish") from None
         self._space, self._staged = live, []
 
-    def _promote(self, target: str, kind: str, staged: list[tuple[str, str]]) -> None:
-        live = self.marker_key(target, self.prefix)
-        calls = [([key, self.row_key(target, i, self.prefix), live], [i, kind]) for key, i in staged]
-        for reply in self._evalsha_all(PROMOTE_SHA, calls):
+    def _publish_calls(self, sha: str, target: str, kind: str, found: list[tuple[str, str]]) -> None:
+        """Run the purge or promote script once per (key, id): KEYS as the scripts' comments say."""
+        staged, live = self._space, self.prefix
+        journal = self.journal_key(target, live)
+        if sha == PURGE_SHA:  # a live key, checked against the staged generation
+            others = [self.marker_key(target, staged), journal]
+            calls = [([key, self.row_key(target, i, staged), *others], [i, kind]) for key, i in found]
+        else:  # a staged key, moved over the live one
+            others = [self.marker_key(target, live), journal]
+            calls = [([key, self.row_key(target, i, live), *others], [i, kind]) for key, i in found]
+        for reply in self._evalsha_all(sha, calls):
             if isinstance(reply, RedisError):
                 raise self._mapped(reply, "publish")
 
@@ -226,7 +262,7 @@ class RedisSink:
         """The row's keys and its JSON array for the apply script (layout above APPLY)."""
         if row.version < 0:  # the script compares canonical non-negative decimal strings
             raise ValueError(f"version {row.version} is negative")
-        keys = [self.row_key(row.target, row.doc_id), self.marker_key(row.target)]
+        keys = [self.row_key(row.target, row.doc_id), self.marker_key(row.target), self.journal_key(row.target)]
         head = [row.doc_id, str(row.version)]
         if row.doc is None:
             return keys, orjson.dumps([*head, "d"])
@@ -316,8 +352,9 @@ class RedisSink:
         hint = ""
         if isinstance(err, NoPermissionError) or _ACL_REFUSAL in str(err) or str(err).startswith("NOPERM"):
             hint = (
-                f"; grant the user of sink {self.name} the commands EVALSHA, SCRIPT LOAD, HGET, HSET, HDEL, DEL,"
-                f" RENAME, SCAN, HSCAN, UNLINK, HGETALL and the keys {self.prefix}:* and {self.prefix}~* (ACL SETUSER)"
+                f"; grant the user of sink {self.name} the commands EVALSHA, SCRIPT LOAD, HGET, HSET, HDEL, HEXISTS,"
+                f" DEL, EXISTS, RENAME, SADD, SISMEMBER, SCAN, HSCAN, UNLINK, HGETALL and the keys {self.prefix}:*"
+                f" and {self.prefix}~* (ACL SETUSER)"
             )
         elif str(err).split(" ", 1)[0] in ("MOVED", "ASK", "CROSSSLOT"):
             hint = "; the redis sink needs one server or a primary with replicas, not Redis Cluster"
@@ -391,7 +428,7 @@ _ACL_REFUSAL = "can't run this command or subcommand"
 
 @dataclass
 class _Call:
-    """The rows of one apply script call, each with its keys and its JSON array."""
+    """The rows of one apply script call, each with its keys (row, marker hash, journal) and its JSON array."""
 
     rows: list[tuple[Row, list[str], bytes]] = field(default_factory=list)
     size: int = 0  # bytes of JSON so far

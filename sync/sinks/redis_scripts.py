@@ -1,4 +1,4 @@
-"""The Redis sink's server-side Lua scripts: the apply rule and the publish of a staged key, run atomically.
+"""The Redis sink's server-side Lua scripts: the apply rule and the two passes of a publish, run atomically.
 
 Kept apart from ``sinks/redis.py``, which calls them: each script's contract
 (KEYS, ARGV, replies) is in the comment above it. Loaded once per server by
@@ -21,13 +21,16 @@ local function newer(a, b)
   return false
 end
 """
-# Applies many rows in one call. KEYS: per row, its key and its target's marker hash. ARGV[1]: a JSON
-# array with one array of strings per row, in KEYS order: doc id, version, op ('u' | 'd'), then field,
-# value, ... (one JSON argument instead of a dozen per row: redis-py's packing of many small arguments
-# cost more than the server's work). Every value is a JSON string, so cjson gives back the exact bytes
-# and never a number. Returns one reply per row, in order: 1 applied, 0 stale (the store holds this
-# version or a newer one), or the error of the command Redis refused for that row. redis.pcall turns
-# such an error into a value, so one refused row does not abort the rows after it.
+# Applies many rows in one call. KEYS: per row, its key, its target's marker hash and its target's
+# journal (a set that exists only while a reindex of the target runs, ``RedisSink.stage``). ARGV[1]: a
+# JSON array with one array of strings per row, in KEYS order: doc id, version, op ('u' | 'd'), then
+# field, value, ... (one JSON argument instead of a dozen per row: redis-py's packing of many small
+# arguments cost more than the server's work). Every value is a JSON string, so cjson gives back the
+# exact bytes and never a number. Returns one reply per row, in order: 1 applied, 0 stale (the store
+# holds this version or a newer one), or the error of the command Redis refused for that row.
+# redis.pcall turns such an error into a value, so one refused row does not abort the rows after it.
+# A row applied while its target's journal exists adds its id there, in the same atomic call: the
+# publish of the reindex then knows the running follower wrote that key after the stage began.
 APPLY = (
     NEWER
     + """
@@ -44,7 +47,21 @@ local function hset(key, version, r)
   return reply
 end
 
-local function apply(row, marker, r)
+local journals = {}  -- journal key -> whether it exists: asked once per call and key
+
+local function note(journal, id)
+  local open = journals[journal]
+  if open == nil then
+    open = redis.pcall('EXISTS', journal)
+    if failed(open) then return open end
+    open = open == 1
+    journals[journal] = open
+  end
+  if open then return redis.pcall('SADD', journal, id) end
+  return 0
+end
+
+local function apply(row, marker, journal, r)
   local id, version = r[1], r[2]
   -- The reads come first: a key of another type refuses the row before anything is written.
   local held = redis.pcall('HGET', row, '_v')
@@ -53,7 +70,10 @@ local function apply(row, marker, r)
   local deleted = redis.pcall('HGET', marker, id)
   if failed(deleted) then return deleted end
   if deleted and not newer(version, deleted) then return 0 end
-  local reply = redis.pcall('DEL', row)
+  -- Noted before the writes: a journaled id that then fails only gets the version rule at publish.
+  local reply = note(journal, id)
+  if failed(reply) then return reply end
+  reply = redis.pcall('DEL', row)
   if failed(reply) then return reply end
   if r[3] == 'd' then
     reply = redis.pcall('HSET', marker, id, version)
@@ -67,13 +87,32 @@ end
 
 local replies = {}
 for i, r in ipairs(cjson.decode(ARGV[1])) do
-  replies[i] = apply(KEYS[2 * i - 1], KEYS[2 * i], r)
+  replies[i] = apply(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], r)
 end
 return replies
 """
 )
-# Publish one staged key. KEYS: staged row key or staged marker hash, live row key, live marker hash.
-# ARGV: doc id, 'row' | 'marker'. Returns 1 when the staged state replaced the live one, else 0.
+# Publish, first pass: drop one live row or live marker the rebuilt generation knows nothing about.
+# KEYS: live row key or live marker hash, staged row key, staged marker hash, journal. ARGV: doc id,
+# 'row' | 'marker'. The id stays when the staged generation has a row or a marker for it (the second
+# pass replaces it) or when the running follower wrote it since the stage began (journal). Returns 1
+# when it dropped something, else 0.
+PURGE = """
+local id = ARGV[1]
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[3], id) == 1
+   or redis.call('SISMEMBER', KEYS[4], id) == 1 then
+  return 0
+end
+if ARGV[2] == 'row' then return redis.call('DEL', KEYS[1]) end
+return redis.call('HDEL', KEYS[1], id)
+"""
+# Publish, second pass: one staged key. KEYS: staged row key or staged marker hash, live row key, live
+# marker hash, journal. ARGV: doc id, 'row' | 'marker'. The staged state replaces the live one, unless
+# the running follower wrote the key since the stage began (its id is in the journal) with a newer
+# version than the staged one; on a tie the staged state wins (it carries the reindex's mapping). A
+# live key the follower did not write since the stage began reflects an earlier offset than the staged
+# generation, so it is replaced whatever its version says: that is what resets a stale marker.
+# Returns 1 when the staged state replaced the live one, else 0.
 PROMOTE = (
     NEWER
     + """
@@ -81,19 +120,22 @@ local version
 if ARGV[2] == 'row' then version = redis.call('HGET', KEYS[1], '_v')
 else version = redis.call('HGET', KEYS[1], ARGV[1]) end
 if not version then return 0 end
-local row = redis.call('HGET', KEYS[2], '_v')
-local marker = redis.call('HGET', KEYS[3], ARGV[1])
-local wins = (not row or newer(version, row)) and (not marker or newer(version, marker))
+local wins = true
+if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
+  local row = redis.call('HGET', KEYS[2], '_v')
+  local marker = redis.call('HGET', KEYS[3], ARGV[1])
+  wins = (not row or not newer(row, version)) and (not marker or not newer(marker, version))
+end
 if ARGV[2] == 'row' then
   if wins then
     redis.call('RENAME', KEYS[1], KEYS[2])
-    if marker then redis.call('HDEL', KEYS[3], ARGV[1]) end
+    redis.call('HDEL', KEYS[3], ARGV[1])
   else
     redis.call('DEL', KEYS[1])
   end
 else
   if wins then
-    if row then redis.call('DEL', KEYS[2]) end
+    redis.call('DEL', KEYS[2])
     redis.call('HSET', KEYS[3], ARGV[1], version)
   end
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -103,6 +145,7 @@ return 0
 """
 )
 SCRIPTS = {
-    name: (text, hashlib.sha1(text.encode()).hexdigest()) for name, text in (("apply", APPLY), ("promote", PROMOTE))
+    name: (text, hashlib.sha1(text.encode()).hexdigest())
+    for name, text in (("apply", APPLY), ("purge", PURGE), ("promote", PROMOTE))
 }
-APPLY_SHA, PROMOTE_SHA = SCRIPTS["apply"][1], SCRIPTS["promote"][1]
+APPLY_SHA, PURGE_SHA, PROMOTE_SHA = SCRIPTS["apply"][1], SCRIPTS["purge"][1], SCRIPTS["promote"][1]

@@ -291,14 +291,16 @@ def test_any_text_reaches_redis_byte_for_byte(sink: RedisSink, client: redis.Red
 def test_publish_promotes_the_staged_rows_and_markers_newer_than_the_live_ones(
     sink: RedisSink, client: redis.Redis
 ) -> None:
-    sink.write(
-        1, [upsert("items", 1, 10, name="live"), upsert("items", 2, 30, name="live, newer"), delete("items", 3, 5)]
-    )
+    sink.write(1, [upsert("items", 1, 10, name="live"), upsert("items", 2, 10, name="live"), delete("items", 3, 5)])
     sink.stage([TableMapping("public.items", "items")])
     staged = [upsert("items", i, 20, name="staged") for i in (1, 2)] + [upsert("items", 3, 6, name="staged")]
     result = sink.write(2, [*staged, delete("items", 4, 7)])
     assert (result.applied, result.stale, result.rejected) == (4, 0, [])
     assert set(sink.held("items")) == {"1", "2", "3"}  # the staged generation, not the live rows
+    # The running follower writes a newer version of row 2 meanwhile: the journal keeps it over the staged one.
+    running = RedisSink("redis-test", REDIS_URL, prefix=sink.prefix)
+    assert running.write(3, [upsert("items", 2, 30, name="live, newer")]).applied == 1
+    running.close()
     sink.publish()
     assert sink.held("items") == {
         "1": (20, {"id": "1", "name": "staged"}),
