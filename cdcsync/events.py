@@ -17,25 +17,39 @@ Layout: ``major << 16 | minor``.
   before the metadata was enabled) gets 1.
 - ``major`` orders transactions:
   - Postgres: ``lastCommitLsn >> 5`` from ``source.sequence``. Debezium emits
-    whole transactions in commit order and ``lastCommitLsn`` is the commit LSN
-    of the transaction emitted before, so it increases strictly from one
-    transaction to the next, whereas an event's own ``lsn`` does not
-    (interleaved transactions). Commit records are at least 34 bytes apart,
-    so dropping 5 bits keeps them distinct and leaves room for 2^52 bytes of
-    WAL. ``lastCommitLsn`` is null only before the connector has processed any
-    commit (the first transaction after its initial snapshot): major 0.
+    whole transactions in commit order and ``lastCommitLsn`` is the end of the
+    commit emitted before, so it increases strictly from one transaction to
+    the next, whereas an event's own ``lsn`` does not (interleaved
+    transactions). Commit records are at least 34 bytes apart, so dropping 5
+    bits keeps them distinct and leaves room for 2^52 bytes of WAL.
+    ``lastCommitLsn`` is null only in a connector that has processed no commit
+    yet (the first transaction after a new connector's snapshot): that
+    transaction takes its own ``lsn >> 5``, which is above every commit before
+    its own changes, hence above what the stores hold from an earlier
+    connector, and below the next transaction's ``lastCommitLsn``.
   - MariaDB/MySQL: the GTID sequence number (``source.gtid`` is
     ``domain-server-seq``). It survives a failover, unlike ``file``/``pos``.
     One GTID domain per source is assumed; another domain is a poison record.
-- Snapshot rows (``op=r``) have version 0: they are the base state, and any
-  change streamed after the snapshot outranks them. Rows written by the
-  bootstrapper take their version from the log position they are aligned with.
-
+- Snapshot rows (``op=r``) sit between the last change they reflect and the
+  first they do not, so a later snapshot (connector re-created, offsets reset,
+  slot lost, incremental snapshot) replaces what streaming wrote before it:
+  - Postgres: the Postgres ``major`` of their own ``source.sequence`` with
+    minor 0. Streaming after the snapshot continues from that sequence, so the
+    first transaction after it has the same major and a minor of at least 1.
+  - MariaDB/MySQL: an initial or blocking snapshot row carries the binlog
+    ``file``/``pos`` it was read at but no GTID; ``binlog_seq`` (from
+    ``cdcsync.snapshot.positions``) turns the position into the sequence *s*
+    of the last transaction before it, and the row gets ``s << 16 | 0xFFFF``,
+    exactly what ``bootstrap --from source`` gives a row read there. Without
+    ``binlog_seq`` such a row gets 0 (right only for a store that holds
+    nothing older). An incremental snapshot row carries the GTID of the
+    transaction it was emitted in: ``seq << 16``.
 See docs/versions-of-changes.md for the alternatives and why they fail.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +60,9 @@ MINOR_MAX = (1 << MINOR_BITS) - 1
 LSN_SHIFT = 5
 OPS = {"c", "u", "d", "r"}
 CONNECTORS = {"postgresql", "mariadb", "mysql"}
+
+BinlogSeq = Callable[[str, str, int], "int | None"]
+"""``(source name, binlog file, position) -> GTID sequence`` of the last transaction before it, or None."""
 
 
 class PoisonRecord(ValueError):
@@ -84,17 +101,19 @@ def _json(raw: bytes | str, what: str) -> Any:
         raise PoisonRecord(f"{what} is not JSON: {err}") from None
 
 
-def version_of(envelope: dict[str, Any]) -> int:
+def version_of(envelope: dict[str, Any], binlog_seq: BinlogSeq | None = None) -> int:
     """The version of one Debezium change envelope (see the module docstring)."""
     source = envelope.get("source")
     if not isinstance(source, dict):
         raise PoisonRecord("envelope has no source block")
-    return _version(envelope, envelope.get("op"), source, source.get("connector"))
+    return _version(envelope, envelope.get("op"), source, source.get("connector"), binlog_seq)
 
 
-def _version(envelope: dict[str, Any], op: Any, source: dict[str, Any], connector: Any) -> int:
+def _version(
+    envelope: dict[str, Any], op: Any, source: dict[str, Any], connector: Any, binlog_seq: BinlogSeq | None = None
+) -> int:
     if op == "r":
-        return 0
+        return _snapshot_version(source, connector, binlog_seq)
     transaction = envelope.get("transaction")
     if isinstance(transaction, dict) and isinstance(transaction.get("total_order"), int):
         minor = min(max(transaction["total_order"], 1), MINOR_MAX)
@@ -109,9 +128,33 @@ def _version(envelope: dict[str, Any], op: Any, source: dict[str, Any], connecto
     else:
         raise PoisonRecord(f"unsupported source.connector {connector!r}")
     version = (major << MINOR_BITS) | minor
+    return _checked(version, major)
+
+
+def _checked(version: int, major: int) -> int:
     if version >= 1 << 63:
         raise PoisonRecord(f"version overflows 64 bits (major {major})")
     return version
+
+
+def _snapshot_version(source: dict[str, Any], connector: Any, binlog_seq: BinlogSeq | None) -> int:
+    """A snapshot row: above every change it reflects, below every change it does not."""
+    if connector == "postgresql":
+        major = _postgres_major(source)
+        return _checked(major << MINOR_BITS, major)
+    if connector not in ("mariadb", "mysql"):
+        raise PoisonRecord(f"unsupported source.connector {connector!r}")
+    if isinstance(source.get("gtid"), str):
+        # Incremental snapshot: emitted while streaming, at this transaction, and reflecting none of it.
+        major = _gtid_seq(source)
+        return _checked(major << MINOR_BITS, major)
+    file, pos = source.get("file"), source.get("pos")
+    if binlog_seq is None or not isinstance(file, str) or not isinstance(pos, int):
+        return 0
+    seq = binlog_seq(str(source.get("name", "")), file, pos)
+    if seq is None:
+        raise PoisonRecord(f"snapshot row at binlog {file}:{pos} has no GTID position (binlog purged?)")
+    return _checked((seq << MINOR_BITS) | MINOR_MAX, seq)
 
 
 def _postgres_major(source: dict[str, Any]) -> int:
@@ -124,18 +167,26 @@ def _postgres_major(source: dict[str, Any]) -> int:
             return int(digits) >> LSN_SHIFT
     try:
         pair: Any = orjson.loads(sequence) if isinstance(sequence, str) else sequence
-        last_commit, _lsn = pair
+        last_commit, own_lsn = pair
     except (TypeError, ValueError, orjson.JSONDecodeError):
         raise PoisonRecord(f"source.sequence {sequence!r} is not [lastCommitLsn, lsn]") from None
     if last_commit is None:
-        return 0
+        # No commit processed yet by this connector: the first transaction after its snapshot (and the
+        # snapshot rows themselves) take the event's own LSN; see the module docstring.
+        if own_lsn is None:
+            raise PoisonRecord(f"source.sequence {sequence!r} has neither lastCommitLsn nor lsn")
+        return _lsn_of(own_lsn, "lsn") >> LSN_SHIFT
+    return _lsn_of(last_commit, "lastCommitLsn") >> LSN_SHIFT
+
+
+def _lsn_of(value: Any, what: str) -> int:
     try:
-        lsn = int(last_commit)
+        lsn = int(value)
     except (TypeError, ValueError):
         lsn = -1
     if lsn < 0:
-        raise PoisonRecord(f"source.sequence lastCommitLsn {last_commit!r} is not an LSN (a number >= 0)")
-    return lsn >> LSN_SHIFT
+        raise PoisonRecord(f"source.sequence {what} {value!r} is not an LSN (a number >= 0)")
+    return lsn
 
 
 def _gtid_seq(source: dict[str, Any]) -> int:
@@ -150,11 +201,19 @@ def _gtid_seq(source: dict[str, Any]) -> int:
     return int(parts[2])
 
 
-def parse_record(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> Change | None:
+def parse_record(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    binlog_seq: BinlogSeq | None = None,
+) -> Change | None:
     """Turn one Kafka record of a Debezium topic into a ``Change``; ``None`` for a tombstone.
 
     A follower deletes on the ``op=d`` event and ignores the tombstone, which is
     only compaction's marker (Debezium can crash between the two).
+    ``binlog_seq`` versions MariaDB/MySQL snapshot rows (see the module docstring).
     """
     if value is None:
         return None
@@ -188,7 +247,7 @@ def parse_record(topic: str, partition: int, offset: int, key: bytes | None, val
         key_doc,
         after,
         source.get("ts_ms"),
-        _version(envelope, op, source, connector),
+        _version(envelope, op, source, connector, binlog_seq),
         topic,
         partition,
         offset,

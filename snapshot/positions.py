@@ -30,18 +30,25 @@ maps to a GTID (``BINLOG_GTID_POS``), and a row's version is
 ``seq << 16 | 0xFFFF``: above every change of transactions up to ``seq``,
 below every later one. Chunks may stand at different positions; each row
 carries its own, which is all the apply rule needs.
+
+Debezium's own MariaDB snapshot rows (``op=r``) carry the binlog position they
+were read at and no GTID. ``BinlogPositions`` maps that position the same
+way, so a row of a connector's snapshot and a row of ``bootstrap --from
+source`` read at the same position get the same version
+(``cdcsync.events``: ``parse_record(..., binlog_seq=...)``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pymysql  # type: ignore[import-untyped]
 
-from cdcsync.config import SourceConfig
+from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.db import connect_mariadb, connect_postgres
 from cdcsync.errors import FatalError
@@ -143,13 +150,12 @@ class MariaDBRead:
         """The version of a row read at this binlog position: above every change it reflects."""
         key = (binlog_file, int(binlog_pos))
         if key not in self._gtids:
-            rows = self._query("SELECT BINLOG_GTID_POS(%s, %s)", key)
-            position = rows[0][0] if rows else None
-            if position is None:
+            seq = _seq_at(self.source, *key)
+            if seq is None:
                 raise FatalError(
                     f"source {self.source.name}: binlog position {key} has no GTID position; is binary logging on?"
                 )
-            self._gtids[key] = _domain0_seq(self.source.name, position)
+            self._gtids[key] = seq
         seq = self._gtids[key]
         self.highest_seq = max(self.highest_seq, seq)
         return (seq << MINOR_BITS) | MINOR_MAX
@@ -168,15 +174,54 @@ class MariaDBRead:
         pass
 
     def _query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-        conn = connect_mariadb(self.source)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, params)
-                return list(cur.fetchall())
-        except pymysql.MySQLError as err:
-            raise FatalError(f"source {self.source.name}: {sql.split()[0]} failed: {err}") from None
-        finally:
-            conn.close()
+        return _query(self.source, sql, params)
+
+
+class BinlogPositions:
+    """``events.BinlogSeq`` for the MariaDB/MySQL sources of a config: snapshot rows' positions to GTID sequences.
+
+    One query per snapshot position (every row of a Debezium snapshot shares
+    it), cached for the life of the process. Picklable: it holds only the
+    source configs, and connects when asked.
+    """
+
+    def __init__(self, sources: Iterable[SourceConfig]) -> None:
+        self.sources = {s.name: s for s in sources if s.kind != "postgres"}
+        self._seqs: dict[tuple[str, str, int], int | None] = {}
+
+    @classmethod
+    def of(cls, config: Config) -> BinlogPositions:
+        return cls(config.sources)
+
+    def __call__(self, source: str, binlog_file: str, binlog_pos: int) -> int | None:
+        key = (source, binlog_file, binlog_pos)
+        if key not in self._seqs:
+            if source not in self.sources:
+                raise FatalError(f"snapshot row of source {source!r}, which the config does not declare")
+            self._seqs[key] = _seq_at(self.sources[source], binlog_file, binlog_pos)
+        return self._seqs[key]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"sources": self.sources, "_seqs": {}}
+
+
+def _seq_at(source: SourceConfig, binlog_file: str, binlog_pos: int) -> int | None:
+    """The domain-0 GTID sequence of the last transaction before this binlog position; None if unknown."""
+    rows = _query(source, "SELECT BINLOG_GTID_POS(%s, %s)", (binlog_file, binlog_pos))
+    position = rows[0][0] if rows else None
+    return None if position is None else _domain0_seq(source.name, position)
+
+
+def _query(source: SourceConfig, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    conn = connect_mariadb(source)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+    except pymysql.MySQLError as err:
+        raise FatalError(f"source {source.name}: {sql.split()[0]} failed: {err}") from None
+    finally:
+        conn.close()
 
 
 SourceRead = PostgresRead | MariaDBRead
