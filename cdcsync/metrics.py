@@ -1,14 +1,18 @@
 """Prometheus metrics, named as deploy/'s dashboard and alert rules expect.
 
 Counters and histograms live in the default registry; ``serve(port)`` exposes
-them with ``/metrics`` (and ``/healthz``) from the daemon.
+them at ``/metrics`` and the daemon's health at ``/healthz`` (200 when every
+follower runs, 503 naming the ones that do not).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 
 APPLIED = Counter("cdcsync_changes_applied_total", "Changes written to a sink", ["follower", "op"])
 OLDER = Counter(
@@ -35,6 +39,26 @@ FRESHNESS = Gauge(
     ["follower", "table"],
 )
 
+FOLLOWER_STATE = Gauge(
+    "cdcsync_follower_state",
+    "1 for the state each follower is in (starting, running, restarting, stopped), 0 for the others",
+    ["follower", "state"],
+)
+RESTARTS = Counter("cdcsync_follower_restarts_total", "Times the supervisor restarted a failed follower", ["follower"])
+
+CAPTURE_HEARTBEAT_AGE = Gauge(
+    "cdcsync_capture_heartbeat_age_seconds",
+    "Seconds since the source's Debezium heartbeat topic last grew (idle sources keep heartbeating; stuck ones stop)",
+    ["source"],
+)
+CAPTURE_HEALS = Counter(
+    "cdcsync_capture_heals_total",
+    "Actions the capture watchdog took: restart_failed, restart_stalled, slot_freed",
+    ["source", "action"],
+)
+
+Health = Callable[[], tuple[bool, list[str]]]  # (healthy, one line per problem)
+
 
 def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
     """Count one batch (``sync.follower.BatchCounts``)."""
@@ -50,5 +74,31 @@ def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
     DEAD.labels(follower).inc(counts.dead_lettered)
 
 
-def serve(port: int, host: str = "127.0.0.1") -> None:
-    start_http_server(port, addr=host)
+def serve(port: int, host: str = "127.0.0.1", health: Health | None = None) -> ThreadingHTTPServer:
+    """Serve ``/metrics`` and ``/healthz`` on a daemon thread; other paths answer 404."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._answer(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                ok, problems = health() if health is not None else (True, [])
+                body = "ok\n" if ok else "".join(f"{line}\n" for line in problems)
+                self._answer(200 if ok else 503, body.encode(), "text/plain; charset=utf-8")
+            else:
+                self._answer(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
+
+        def _answer(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # scrapes are not the daemon's news
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="cdcsync-metrics", daemon=True).start()
+    return server

@@ -49,6 +49,17 @@ def connector_jars(jars_dir: Path | None = None) -> list[Path]:
     return [j for j in jars if _artifact(j) not in bundled]
 
 
+def default_master() -> str:
+    """``local[2 x cores, 4]``: twice the task slots of the cores, and up to 4 attempts per task.
+
+    Plain ``local[N]`` runs each task once, so one lost task fails the batch
+    and the query. The extra slots keep followers apart: a follower whose
+    sink hangs holds its tasks' slots while it waits, and the others still
+    find free ones (their work is mostly waiting on their own sinks too).
+    """
+    return f"local[{2 * (os.cpu_count() or 1)},4]"
+
+
 def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -56,7 +67,7 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("CDCSYNC_SPARK_MASTER") or "local[*]")
+        .master(master or os.environ.get("CDCSYNC_SPARK_MASTER") or default_master())
         .config("spark.jars", ",".join(str(j) for j in connector_jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
@@ -65,6 +76,9 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         # Delta's default of 50 partitions for reading a table's log makes every MERGE slow on small machines.
         .config("spark.databricks.delta.snapshotPartitions", os.environ.get("CDCSYNC_DELTA_SNAPSHOT_PARTITIONS", "2"))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log
+        # Arrow batches handed to the Python workers: bounded in bytes as well as rows (wide rows, sync/batching).
+        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(32 * 1024 * 1024))
         .config("spark.sql.session.timeZone", "UTC")
     )
     for key, value in (conf or {}).items():

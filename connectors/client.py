@@ -83,7 +83,12 @@ class ConnectClient:
         return list((self._call("GET", f"/connectors/{quote(name)}/offsets") or {}).get("offsets", []))
 
     def restart(self, name: str) -> None:
+        """Restart the connector and its tasks that are FAILED."""
         self._call("POST", f"/connectors/{quote(name)}/restart?includeTasks=true&onlyFailed=true")
+
+    def restart_all(self, name: str) -> None:
+        """Restart the connector and every task, RUNNING ones too (a task that says RUNNING but is stuck)."""
+        self._call("POST", f"/connectors/{quote(name)}/restart?includeTasks=true&onlyFailed=false")
 
     def delete(self, name: str) -> None:
         self._call("DELETE", f"/connectors/{quote(name)}", ok_404=True)

@@ -349,7 +349,10 @@ class Follower:
                 return self.sink.write(batch_id, rows)
             except RetryableError as err:
                 if attempt == self.max_attempts:
-                    raise FatalError(f"follower {self.name}: giving up after {attempt} attempts: {err}") from err
+                    # Still retryable: the batch fails, and the daemon's supervisor restarts the follower later.
+                    raise RetryableError(
+                        f"follower {self.name}: sink still failing after {attempt} attempts: {err}", err.retry_after
+                    ) from err
                 delay = min(max(delay * 2, err.retry_after), 30)
                 log.warning(
                     "follower=%s batch=%d attempt=%d retry_in_s=%.1f error=%s", self.name, batch_id, attempt, delay, err

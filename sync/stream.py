@@ -15,6 +15,8 @@ refuses to start and names ``reindex``.
 from __future__ import annotations
 
 import json
+import logging
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -22,12 +24,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
-from cdcsync.sync import executors
+from cdcsync.sync import batching, executors
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, tune_gc
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.position import base_dir, check_position, checkpoint_dir, start_file
+from cdcsync.sync.position import base_dir, check_position, checkpoint_dir, resume_position, start_file
 from cdcsync.sync.sink import Sink
+
+log = logging.getLogger("cdcsync.stream")
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -113,25 +117,39 @@ def build_follower(
         sink.open(list(mappings.values()))
     ensure_dead_letter_topic(config, follower)
     return Follower(
-        follower.name, sink, mappings, DeadLetters(config.kafka.bootstrap_servers, follower.dlq_topic, follower.name)
+        follower.name,
+        sink,
+        mappings,
+        DeadLetters(config.kafka.bootstrap_servers, follower.dlq_topic, follower.name),
+        max_attempts=follower.sink_attempts,
     )
 
 
 def start_query(
     spark: SparkSession, config: Config, cfg: FollowerConfig, follower: Follower, once: bool = False
 ) -> StreamingQuery:
-    check_position(config, cfg, sorted(follower.mappings))
+    topics = sorted(follower.mappings)
+    check_position(config, cfg, topics)
+    resumed = resume_position(config, cfg)
+    sizes = batching.sample_sizes(config, topics, resumed[0] if resumed else {})
+    per_batch = batching.records_per_batch(cfg.max_batch_bytes, sizes, cfg.max_offsets_per_trigger)
+    log.info("follower=%s max_records_per_batch=%d sampled=%d", cfg.name, per_batch, len(sizes))
     source = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
         .option("subscribe", ",".join(sorted(follower.mappings)))
         .option("startingOffsets", starting_offsets(config, cfg, sorted(follower.mappings)))
         .option("failOnDataLoss", "false")
-        .option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
+        .option("maxOffsetsPerTrigger", per_batch)
     )
     if cfg.kind in executors.KINDS:
         # Split each Kafka partition's slice of a batch so every core gets a task (see sync.executors).
-        source = source.option("minPartitions", str(spark.sparkContext.defaultParallelism))
+        # Locally, one task per core, not per task slot: the master has more slots than cores (cdcsync.spark).
+        context = spark.sparkContext
+        tasks = context.defaultParallelism
+        if (context.master or "").startswith("local"):
+            tasks = min(tasks, os.cpu_count() or 1)
+        source = source.option("minPartitions", str(tasks))
         batch = executors.batch_function(config, follower)
     else:
 

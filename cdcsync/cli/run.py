@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
 import click
 
 from cdcsync.cli import load
-
-POSITION_CHECK_S = 60  # how often a running follower's position is checked against the compaction horizon
 
 
 @click.command("run")
@@ -27,25 +27,58 @@ POSITION_CHECK_S = 60  # how often a running follower's position is checked agai
     show_envvar=True,
     help="Port for /metrics (daemon only); 0 disables it.",
 )
-@click.option("--master", envvar="CDCSYNC_SPARK_MASTER", show_envvar=True, default="local[*]", help="Spark master URL.")
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    envvar="CDCSYNC_METRICS_HOST",
+    show_envvar=True,
+    help="Address /metrics and /healthz listen on (loopback unless set).",
+)
+@click.option(
+    "--master",
+    envvar="CDCSYNC_SPARK_MASTER",
+    show_envvar=True,
+    default=None,
+    help="Spark master URL [default: local[2 x cores,4]: a failed task is tried up to 4 times].",
+)
+@click.option(
+    "--capture-watch/--no-capture-watch",
+    default=True,
+    show_default=True,
+    help="Watch the sources' connectors: restart FAILED tasks, heal stalled capture (connectors.watch).",
+)
 @click.pass_context
-def run(ctx: click.Context, followers: tuple[str, ...], once: bool, metrics_port: int, master: str) -> None:
+def run(
+    ctx: click.Context,
+    followers: tuple[str, ...],
+    once: bool,
+    metrics_port: int,
+    metrics_host: str,
+    master: str | None,
+    capture_watch: bool,
+) -> None:
     """Run the followers (all configured ones by default) until stopped.
 
     Each follower is its own Spark Structured Streaming query with its own
-    checkpoint; a restart resumes where it stopped. A follower whose position
-    is lost or falls past its topics' compaction horizon is refused at start
-    and, while running, checked every minute (``sync.position``): the daemon
-    stops and names ``reindex``. Exit 1 if a query fails.
+    checkpoint; a restart resumes where it stopped. Followers fail alone: a
+    failed one is restarted with a growing back-off while the others keep
+    going, and one a restart cannot fix (bad config, a position past the
+    compaction horizon: run ``reindex``) is stopped alone, with the reason
+    in the log, in the metrics and at /healthz (``sync.supervisor``).
+
+    Exit 0 after SIGTERM/SIGINT (queries stopped between batches), 1 when
+    every follower has stopped for good, 2 for a usage or config error.
     """
     from cdcsync import metrics
-    from cdcsync.errors import RetryableError
+    from cdcsync.connectors.watch import CaptureWatch
     from cdcsync.spark import spark_session
-    from cdcsync.sync.position import PositionError, check_position
+    from cdcsync.sync.position import check_position
     from cdcsync.sync.stream import build_follower, checkpoint_dir, start_query
+    from cdcsync.sync.supervisor import Supervisor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    for noisy in ("py4j", "elastic_transport"):  # a line per request is not the daemon's news
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     log = logging.getLogger("cdcsync.run")
     config = load(ctx)
     log.info("effective config %s", json.dumps(config.redacted()))
@@ -53,15 +86,12 @@ def run(ctx: click.Context, followers: tuple[str, ...], once: bool, metrics_port
     if not selected:
         raise click.UsageError("no followers configured")
     spark = spark_session("cdcsync", master)
-    queries, followed = [], []
-    for cfg in selected:
-        follower = build_follower(config, cfg, spark)
-        queries.append(start_query(spark, config, cfg, follower, once=once))
-        followed.append((cfg, sorted(follower.mappings)))
-        log.info(
-            "follower=%s started topics=%d checkpoint=%s", cfg.name, len(follower.mappings), checkpoint_dir(config, cfg)
-        )
+    spark.sparkContext.setLogLevel(os.environ.get("CDCSYNC_SPARK_LOG_LEVEL", "ERROR"))
     if once:
+        queries = []
+        for cfg in selected:
+            follower = build_follower(config, cfg, spark)
+            queries.append(start_query(spark, config, cfg, follower, once=True))
         failed = False
         for query in queries:
             query.awaitTermination()
@@ -70,38 +100,63 @@ def run(ctx: click.Context, followers: tuple[str, ...], once: bool, metrics_port
                 log.error("query=%s failed: %s", query.name, query.exception())
         spark.stop()
         ctx.exit(1 if failed else 0)
-    if metrics_port:
-        metrics.serve(metrics_port)
-        log.info("metrics on http://127.0.0.1:%d/metrics", metrics_port)
 
+    built: dict[str, Any] = {}  # follower name -> its Follower, closed when it is rebuilt
+
+    def start(cfg: Any) -> tuple[Any, list[str]]:
+        old = built.pop(cfg.name, None)
+        if old is not None:
+            _close_quietly(old)
+        follower = build_follower(config, cfg, spark)
+        built[cfg.name] = follower
+        query = start_query(spark, config, cfg, follower)
+        log.info("follower=%s started topics=%d checkpoint=%s", cfg.name, len(follower.mappings),
+                 checkpoint_dir(config, cfg))  # fmt: skip
+        return query, sorted(follower.mappings)
+
+    supervisor = Supervisor(selected, start, check=lambda cfg, topics: check_position(config, cfg, topics))
+    watch = CaptureWatch(config) if capture_watch and config.sources else None
+    if watch is not None:
+        threading.Thread(target=_watch_capture, args=(watch,), name="cdcsync-capture-watch", daemon=True).start()
+
+    def health() -> tuple[bool, list[str]]:
+        ok, problems = supervisor.health()
+        if watch is not None:
+            capture_ok, capture_problems = watch.health()
+            ok, problems = ok and capture_ok, problems + capture_problems
+        return ok, problems
+
+    if metrics_port:
+        metrics.serve(metrics_port, metrics_host, health=health)
+        log.info("metrics on http://%s:%d/metrics, health on /healthz", metrics_host, metrics_port)
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: stopping.append(signum))
-    next_check = time.monotonic() + POSITION_CHECK_S
+    supervisor.start_all()
     while not stopping:
-        for query in queries:
-            if not query.isActive:
-                log.error("query=%s stopped: %s", query.name, query.exception())
-                for other in queries:
-                    other.stop()
-                ctx.exit(1)
-        if time.monotonic() >= next_check:
-            next_check = time.monotonic() + POSITION_CHECK_S
-            for cfg, topics in followed:
-                try:
-                    check_position(config, cfg, topics)
-                except RetryableError as err:
-                    log.warning("follower=%s position check skipped: %s", cfg.name, err)
-                except PositionError as err:
-                    log.error("follower=%s %s", cfg.name, err)
-                    for query in queries:
-                        stop_between_batches(query)
-                    ctx.exit(1)
+        supervisor.tick()
+        if supervisor.all_stopped():
+            log.error("every follower has stopped for good: %s", "; ".join(supervisor.health()[1]))
+            ctx.exit(1)
         time.sleep(0.5)
-    log.info("signal %d: stopping %d queries between batches", stopping[0], len(queries))
-    for query in queries:
-        stop_between_batches(query)
+    log.info("signal %d: stopping %d followers between batches", stopping[0], len(selected))
+    supervisor.stop_all(stop_between_batches)
     ctx.exit(0)
+
+
+def _watch_capture(watch: Any) -> None:
+    from cdcsync.connectors.watch import WATCH_S
+
+    while True:
+        watch.tick()
+        time.sleep(WATCH_S)
+
+
+def _close_quietly(follower: Any) -> None:
+    try:
+        follower.sink.close()
+    except Exception as err:  # a sink that failed may fail to close too; the rebuilt one replaces it
+        logging.getLogger("cdcsync.run").warning("follower=%s closing the failed sink: %s", follower.name, err)
 
 
 def stop_between_batches(query: Any, timeout_s: float = 120) -> None:

@@ -76,7 +76,7 @@ def dead_letter_topic() -> Iterator[str]:
 
 
 def follower(sink: Sink, topic: str) -> Follower:
-    # One attempt: a RetryableError becomes the FatalError that stops the follower at once.
+    # One attempt: a RetryableError fails the batch at once (the daemon's supervisor would restart it later).
     return Follower("errors-test", sink, {TOPIC: MAPPING}, DeadLetters(KAFKA, topic, "errors-test"), max_attempts=1)
 
 
@@ -148,7 +148,7 @@ def test_the_follower_dead_letters_nothing_while_the_index_is_closed(
     with dead_letter_topic() as topic:
         run = follower(es_sink, topic)
         es.indices.close(index=index)
-        with pytest.raises(FatalError, match=rf"giving up after 1 attempts: .*POST {index}/_open"):
+        with pytest.raises(RetryableError, match=rf"still failing after 1 attempts: .*POST {index}/_open"):
             run.process(1, batch(3))
         run.dead_letters.flush()
         reopen(es, index)

@@ -1,0 +1,154 @@
+"""The capture watchdog: notices a connector that stopped producing, heals what the evidence supports.
+
+Kafka Connect says RUNNING for a task that produces nothing, and never
+restarts a FAILED task by itself (ARCHITECTURE §9). The daemon runs this
+watchdog beside its followers; per source, every ``WATCH_S``:
+
+- **FAILED** connector or task: restart it (``POST …/restart?includeTasks=true
+  &onlyFailed=true``), with a back-off that doubles per restart in a row
+  (``RESTART_FIRST_S`` … ``RESTART_CAP_S``), in the manner of Strimzi's
+  ``autoRestart``. A cause that has passed (Postgres back from crash recovery)
+  is healed by the first restart after it.
+- **RUNNING but silent**: Debezium writes a heartbeat every
+  ``heartbeat_interval_ms`` even when the source is idle, so a heartbeat
+  topic whose end offset has not moved for ``stall_after_s`` means capture is
+  stuck, not idle. For Postgres the usual cause is a replication connection
+  that outlived its task (a broker restart Connect could not stop it through)
+  and keeps the slot: the watchdog ends the backend holding the slot
+  (``pg_terminate_backend``, allowed to the slot's own role), then restarts
+  the connector and its tasks. For MariaDB it restarts them.
+- What it cannot heal (connector missing, still stalled or failed) it reports:
+  ``health()`` feeds ``/healthz``, and every action is a log line and a count
+  in ``cdcsync_capture_heals_total``; ``cdcsync_capture_heartbeat_age_seconds``
+  shows the silence as it grows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from cdcsync import metrics
+from cdcsync.config import Config, SourceConfig
+from cdcsync.connectors.client import ConnectClient
+from cdcsync.errors import CdcsyncError
+
+log = logging.getLogger("cdcsync.capture")
+
+WATCH_S = 10.0
+RESTART_FIRST_S = 10.0
+RESTART_CAP_S = 600.0
+STALL_MIN_S = 60.0  # never call capture stalled sooner than this, whatever the heartbeat interval
+
+
+@dataclass
+class SourceState:
+    source: SourceConfig
+    heartbeat_end: int = -1
+    advanced_at: float = 0.0
+    heals_in_row: int = 0
+    next_heal: float = 0.0
+    problem: str = ""
+
+    @property
+    def stall_after_s(self) -> float:
+        return max(STALL_MIN_S, 10 * self.source.heartbeat_interval_ms / 1000)
+
+
+def heal_backoff_s(heals_in_row: int) -> float:
+    return float(min(RESTART_FIRST_S * 2 ** max(heals_in_row - 1, 0), RESTART_CAP_S))
+
+
+class CaptureWatch:
+    def __init__(
+        self,
+        config: Config,
+        client: ConnectClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.client = client or ConnectClient(config.connect.url, config.connect.timeout_s, retries=1)
+        self.clock = clock
+        self.sources = [SourceState(s) for s in config.sources]
+        self._consumer: Consumer | None = None
+
+    def health(self) -> tuple[bool, list[str]]:
+        problems = [f"capture {s.source.name}: {s.problem}" for s in self.sources if s.problem]
+        return not problems, problems
+
+    def tick(self) -> None:
+        for state in self.sources:
+            try:
+                self._watch(state)
+            except (CdcsyncError, KafkaException) as err:
+                state.problem = f"cannot be watched: {err}"
+                log.warning("source=%s capture=unknown error=%s", state.source.name, err)
+
+    def _watch(self, state: SourceState) -> None:
+        name, now = state.source.name, self.clock()
+        status = self.client.status(name)
+        if status is None:
+            state.problem = f"connector {name} is not registered; run `cdcsync connectors apply`"
+            return
+        failed = [t for t in status.get("tasks", []) if t.get("state") == "FAILED"]
+        if status["connector"]["state"] == "FAILED" or failed:
+            trace = (failed[0].get("trace") if failed else status["connector"].get("trace")) or ""
+            state.problem = f"FAILED: {trace.strip().splitlines()[0][:300] if trace.strip() else 'no trace'}"
+            self._heal(state, now, "restart_failed", lambda: self.client.restart(name))
+            return
+        end = self._heartbeat_end(state.source)
+        if end != state.heartbeat_end:
+            if state.heartbeat_end >= 0 and state.heals_in_row:
+                log.info("source=%s capture=producing heartbeat_offset=%d after %d heal(s)", name, end,
+                         state.heals_in_row)  # fmt: skip
+            state.heartbeat_end, state.advanced_at = end, now
+            state.heals_in_row, state.problem = 0, ""
+        age = now - state.advanced_at
+        metrics.CAPTURE_HEARTBEAT_AGE.labels(name).set(age)
+        if status["connector"]["state"] != "RUNNING" or age < state.stall_after_s:
+            return
+        state.problem = f"RUNNING but no heartbeat for {age:.0f} s (every {state.source.heartbeat_interval_ms} ms)"
+        self._heal(state, now, "restart_stalled", lambda: self._unstick(state.source))
+
+    def _heal(self, state: SourceState, now: float, action: str, do: Callable[[], None]) -> None:
+        if now < state.next_heal:
+            return
+        state.heals_in_row += 1
+        state.next_heal = now + max(heal_backoff_s(state.heals_in_row), WATCH_S)
+        log.warning("source=%s capture=%s heal=%d problem=%s", state.source.name, action, state.heals_in_row,
+                    state.problem)  # fmt: skip
+        metrics.CAPTURE_HEALS.labels(state.source.name, action).inc()
+        do()
+
+    def _unstick(self, source: SourceConfig) -> None:
+        if source.kind == "postgres":
+            ended = end_slot_backend(source)
+            if ended is not None:
+                log.warning("source=%s capture=slot_freed slot=%s ended_pid=%d", source.name, source.slot, ended)
+                metrics.CAPTURE_HEALS.labels(source.name, "slot_freed").inc()
+        self.client.restart_all(source.name)
+
+    def _heartbeat_end(self, source: SourceConfig) -> int:
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {"bootstrap.servers": self.config.kafka.bootstrap_servers, "group.id": "cdcsync-capture-watch"}
+            )
+        return int(self._consumer.get_watermark_offsets(TopicPartition(source.heartbeat_topic, 0), timeout=10)[1])
+
+
+def end_slot_backend(source: SourceConfig) -> int | None:
+    """End the backend holding the source's replication slot, if one does; its pid."""
+    from cdcsync.db import connect_postgres
+
+    with connect_postgres(source, timeout_s=5, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active", (source.slot,)
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+        return int(row[0])

@@ -1,0 +1,82 @@
+"""How many records one micro-batch may take: bounded by bytes, not only by count.
+
+Spark's Kafka source limits a batch by record count (``maxOffsetsPerTrigger``)
+and has no byte limit. A count that suits 200-byte rows is a memory bomb
+with 60 KB rows: 20,000 of them are 1.2 GB, which the Delta follower collects
+on the driver, and the driver's heap runs out; restarted with the same
+backlog, it runs out again (a crash loop seen on this stack).
+
+So when a follower's query starts, it samples the records it is about to read
+(from its position, at most ``SAMPLE`` per partition) and takes
+``max_batch_bytes / size``, where the size is the 90th percentile of the
+sampled records, never more than the configured count and never fewer than
+``MIN_RECORDS``. Every restart samples again, so the limit follows the rows as
+they change. Arrow batches handed to Python are capped in bytes too
+(``spark.sql.execution.arrow.maxBytesPerBatch``, cdcsync.spark).
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from cdcsync.config import Config
+
+SAMPLE = 200  # records per partition
+MIN_RECORDS = 50
+
+
+def records_per_batch(max_batch_bytes: int, sizes: list[int], configured: int) -> int:
+    """The record limit for a batch, from sampled record sizes (pure)."""
+    if not sizes:
+        return configured
+    ordered = sorted(sizes)
+    p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
+    return max(MIN_RECORDS, min(configured, max_batch_bytes // max(p90, 1)))
+
+
+def sample_sizes(
+    config: Config, topics: list[str], positions: dict[str, dict[int, int]], timeout_s: float = 10
+) -> list[int]:
+    """Sizes (key + value bytes) of up to ``SAMPLE`` records per partition, from each position (else the start)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config.kafka.bootstrap_servers,
+            "group.id": "cdcsync-batch-sizing",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    sizes: list[int] = []
+    try:
+        wanted: list[TopicPartition] = []
+        ends: dict[tuple[str, int], int] = {}
+        metadata = consumer.list_topics(timeout=timeout_s).topics
+        for topic in topics:
+            for partition in metadata[topic].partitions if topic in metadata else ():
+                offset = positions.get(topic, {}).get(partition, -2)
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+                start = max(offset, low) if offset >= 0 else low
+                if start < high:
+                    wanted.append(TopicPartition(topic, partition, start))
+                    ends[(topic, partition)] = min(high, start + SAMPLE)
+        if not wanted:
+            return sizes
+        consumer.assign(wanted)
+        taken: dict[tuple[str, int], int] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(taken) < len(ends) or any(taken[k] < ends[k] - 1 for k in taken):
+            if time.monotonic() > deadline:
+                break
+            for msg in consumer.consume(500, timeout=0.5):
+                if msg.error():
+                    continue
+                where = (msg.topic(), msg.partition())
+                if msg.offset() >= ends[where]:
+                    continue
+                taken[where] = msg.offset()
+                sizes.append(len(msg.key() or b"") + len(msg.value() or b""))
+    finally:
+        consumer.close()
+    return sizes

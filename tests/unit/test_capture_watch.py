@@ -1,0 +1,101 @@
+"""The capture watchdog's rules on plain data: when it restarts, when it waits, what it reports.
+
+Connect's answers and the heartbeat offsets are plain values here; the
+watchdog against a real Connect, Kafka and Postgres is in tests/chaos.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdcsync.config import Config
+from cdcsync.connectors import watch as w
+from cdcsync.connectors.watch import CaptureWatch, heal_backoff_s
+
+SOURCE = {
+    "name": "pg",
+    "kind": "mariadb",
+    "port": 1,
+    "database": "d",
+    "user": "u",
+    "password": "p",
+    "tables": ["d.t"],
+    "heartbeat_interval_ms": 1000,
+}
+
+
+class Connect:
+    def __init__(self) -> None:
+        self.state, self.task = "RUNNING", "RUNNING"
+        self.calls: list[str] = []
+
+    def status(self, name: str) -> dict[str, Any]:
+        task = {
+            "id": 0,
+            "state": self.task,
+            **({"trace": "PSQLException: not yet accepting"} if self.task == "FAILED" else {}),
+        }
+        return {"connector": {"state": self.state}, "tasks": [task]}
+
+    def restart(self, name: str) -> None:
+        self.calls.append("restart")
+
+    def restart_all(self, name: str) -> None:
+        self.calls.append("restart_all")
+
+
+class Watch(CaptureWatch):
+    def __init__(self, connect: Connect) -> None:
+        self.now, self.heartbeat = 0.0, 0
+        super().__init__(Config.model_validate({"sources": [SOURCE]}), client=connect, clock=lambda: self.now)  # type: ignore[arg-type]
+
+    def _heartbeat_end(self, source: Any) -> int:
+        return self.heartbeat
+
+
+def test_a_failed_task_is_restarted_with_a_growing_backoff_until_it_runs() -> None:
+    connect = Connect()
+    watch = Watch(connect)
+    connect.task = "FAILED"
+    watch.tick()
+    assert connect.calls == ["restart"]
+    assert watch.health() == (False, ["capture pg: FAILED: PSQLException: not yet accepting"])
+    watch.now += w.WATCH_S
+    watch.tick()  # the first back-off (10 s) is over
+    watch.now += 5
+    watch.tick()  # the second (20 s) is not
+    assert connect.calls == ["restart", "restart"]
+    connect.task = "RUNNING"
+    watch.heartbeat += 3
+    watch.now += 30
+    watch.tick()
+    assert watch.health() == (True, []) and watch.sources[0].heals_in_row == 0
+
+
+def test_idle_is_healthy_while_heartbeats_come_and_silence_is_healed_then_reported() -> None:
+    connect = Connect()
+    watch = Watch(connect)
+    for _ in range(10):  # an idle source: heartbeats only
+        watch.heartbeat += 1
+        watch.now += 30
+        watch.tick()
+    assert watch.health() == (True, []) and connect.calls == []
+    watch.now += w.STALL_MIN_S + 1  # RUNNING, and silent for over a minute
+    watch.tick()
+    assert connect.calls == ["restart_all"]
+    ok, [problem] = watch.health()
+    assert not ok and problem.startswith("capture pg: RUNNING but no heartbeat for 61 s")
+
+
+def test_backoff_is_capped() -> None:
+    assert [heal_backoff_s(n) for n in (1, 2, 3)] == [10, 20, 40]
+    assert heal_backoff_s(40) == w.RESTART_CAP_S
+
+
+def test_a_missing_connector_is_reported_not_created() -> None:
+    connect = Connect()
+    connect.status = lambda name: None  # type: ignore[method-assign]
+    watch = Watch(connect)
+    watch.tick()
+    assert watch.health()[1] == ["capture pg: connector pg is not registered; run `cdcsync connectors apply`"]
+    assert connect.calls == []

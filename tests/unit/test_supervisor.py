@@ -1,0 +1,170 @@
+"""The supervisor's rules on plain data: who restarts, when, and who stops alone.
+
+The queries here are plain objects with the three members the supervisor
+reads; the daemon's real queries are exercised in tests/chaos.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cdcsync.config import FollowerConfig
+from cdcsync.errors import FatalError, RetryableError
+from cdcsync.sync import supervisor as sup
+from cdcsync.sync.supervisor import Supervisor, backoff_s, permanent
+
+
+class Query:
+    def __init__(self) -> None:
+        self.isActive = True
+        self.lastProgress: dict[str, Any] | None = None
+        self.error: str | None = None
+
+    def exception(self) -> str | None:
+        return self.error
+
+    def fail(self, text: str) -> None:
+        self.isActive, self.error = False, text
+
+    def stop(self) -> None:
+        self.isActive = False
+
+
+def follower(name: str) -> FollowerConfig:
+    return FollowerConfig(name=name, kind="delta")
+
+
+class Clock:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr(sup.time, "monotonic", lambda: self.now)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return Clock(monkeypatch)
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    assert [backoff_s(n) for n in (1, 2, 3, 4)] == [2, 4, 8, 16]
+    assert backoff_s(30) == sup.BACKOFF_CAP_S
+
+
+def test_fatal_errors_are_permanent_in_python_and_in_a_batch_traceback() -> None:
+    assert permanent(FatalError("bad mapping")) and not permanent(RetryableError("down"))
+    assert permanent("Traceback ...\ncdcsync.errors.FatalError: follower x: counts do not add up")
+    assert permanent("  cdcsync.sync.position.PositionError: follower x cannot resume")
+    assert not permanent("cdcsync.errors.RetryableError: elasticsearch unreachable")
+    assert not permanent("org.apache.spark.SparkException: Job aborted due to stage failure: TaskResultLost")
+
+
+def test_one_failed_follower_restarts_alone_after_its_backoff(clock: Clock) -> None:
+    queries: dict[str, list[Query]] = {"a": [], "b": []}
+
+    def start(cfg: FollowerConfig) -> tuple[Query, list[str]]:
+        queries[cfg.name].append(Query())
+        return queries[cfg.name][-1], ["t"]
+
+    s = Supervisor([follower("a"), follower("b")], start)
+    s.start_all()
+    queries["a"][0].fail("org.apache.spark.SparkException: TaskResultLost")
+    s.tick()
+    a, b = s.children
+    assert (a.state, b.state) == ("restarting", "running") and len(queries["b"]) == 1
+    assert s.health() == (False, ["follower a restarting (restart 1): org.apache.spark.SparkException: TaskResultLost"])
+    clock.now += 1.9
+    s.tick()
+    assert a.state == "restarting"  # 2 s back-off not over
+    clock.now += 0.2
+    s.tick()
+    assert (a.state, a.restarts, len(queries["a"])) == ("running", 1, 2)
+    assert s.health() == (True, [])
+
+
+def test_the_reason_is_our_error_line_not_the_query_plan(clock: Clock) -> None:
+    query = Query()
+    s = Supervisor([follower("a")], lambda cfg: (query, []))
+    s.start_all()
+    query.fail(
+        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred\nTraceback:\n  File x\n"
+        "cdcsync.errors.RetryableError: follower a: sink still failing after 2 attempts: refused\n"
+        "=== Streaming Query ===\n   +- ~StreamingDataSourceV2ScanRelation[key#26] Kafka"
+    )
+    s.tick()
+    assert (
+        s.children[0].reason
+        == "cdcsync.errors.RetryableError: follower a: sink still failing after 2 attempts: refused"
+    )
+
+
+def test_failures_in_a_row_grow_the_backoff_and_a_committed_batch_resets_it(clock: Clock) -> None:
+    current: list[Query] = []
+
+    def start(cfg: FollowerConfig) -> tuple[Query, list[str]]:
+        current.append(Query())
+        return current[-1], []
+
+    s = Supervisor([follower("a")], start)
+    s.start_all()
+    child = s.children[0]
+    for expected in (2, 4, 8):
+        current[-1].fail("cdcsync.errors.RetryableError: sink still failing")
+        s.tick()
+        assert child.next_start - clock.now == expected
+        clock.now += expected
+        s.tick()
+    current[-1].lastProgress = {"batchId": 7}  # the restarted query committed a batch
+    s.tick()
+    assert child.failures_in_row == 0
+
+
+def test_a_fatal_start_stops_that_follower_alone_with_its_reason(clock: Clock) -> None:
+    def start(cfg: FollowerConfig) -> tuple[Query, list[str]]:
+        if cfg.name == "a":
+            raise FatalError("follower a cannot resume: run `cdcsync reindex a`")
+        return Query(), []
+
+    s = Supervisor([follower("a"), follower("b")], start)
+    s.start_all()
+    assert [c.state for c in s.children] == ["stopped", "running"]
+    assert s.health()[1] == ["follower a stopped: follower a cannot resume: run `cdcsync reindex a`"]
+    clock.now += 3600
+    s.tick()
+    assert s.children[0].state == "stopped" and not s.all_stopped()
+
+
+def test_a_fatal_batch_gets_one_restart_then_stops(clock: Clock) -> None:
+    current: list[Query] = []
+
+    def start(cfg: FollowerConfig) -> tuple[Query, list[str]]:
+        current.append(Query())
+        return current[-1], []
+
+    s = Supervisor([follower("a")], start)
+    s.start_all()
+    fatal = "Traceback\ncdcsync.errors.FatalError: follower a: a poison record could not be dead-lettered\n  more"
+    current[-1].fail(fatal)
+    s.tick()
+    assert s.children[0].state == "restarting"
+    clock.now += 2
+    s.tick()
+    current[-1].fail(fatal)
+    s.tick()
+    child = s.children[0]
+    assert child.state == "stopped" and child.reason.startswith("cdcsync.errors.FatalError: follower a: a poison")
+    assert s.all_stopped()
+
+
+def test_a_position_past_the_horizon_stops_only_that_follower(clock: Clock) -> None:
+    def check(cfg: FollowerConfig, topics: list[str]) -> None:
+        if cfg.name == "a":
+            raise FatalError("follower a cannot resume from its position")
+
+    s = Supervisor([follower("a"), follower("b")], lambda cfg: (Query(), ["t"]), check=check)
+    s.start_all()
+    clock.now += sup.POSITION_CHECK_S
+    s.tick()
+    assert [c.state for c in s.children] == ["stopped", "running"]
+    assert not s.children[0].query.isActive
