@@ -109,4 +109,13 @@ if [ "$(cat "$stamps/venv" 2>/dev/null)" != "$key" ] || [ ! -x "$venv/bin/cdcsyn
   "$venv/bin/pip" install -q -e "$repo[dev]"
   echo "$key" >"$stamps/venv"
 fi
-step "installed; state directory: $state"
+# `cdcsync` itself on the PATH, so a newcomer's first `cdcsync --help` after `make demo` works:
+# /usr/local/bin as root, ~/.local/bin otherwise (both are on a default PATH).
+bin_dir="$HOME/.local/bin"
+[ "$(id -u)" = 0 ] && bin_dir=/usr/local/bin
+if mkdir -p "$bin_dir" 2>/dev/null && ln -sfn "$venv/bin/cdcsync" "$bin_dir/cdcsync" 2>/dev/null; then
+  on_path="$bin_dir/cdcsync -> $venv/bin/cdcsync"
+else
+  on_path="not linked: run $venv/bin/cdcsync, or add $venv/bin to PATH"
+fi
+step "installed; state directory: $state; cdcsync: $on_path"
