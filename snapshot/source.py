@@ -273,7 +273,7 @@ def _copy_table(
                 change = Change(source.name, plan.mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
                 try:
                     doc = _doc(data, plan)
-                    rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping.key_columns), doc))
+                    rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping), doc))
                 except PoisonRecord as err:
                     failed.append((snapshot_record(change, data), str(err)))
                 if len(rows) + len(failed) >= CHUNK:

@@ -6,22 +6,24 @@ the source's catalog (``sync.catalog``) unless the mapping overrides them, and
 each value is converted to one canonical Python value that every sink encodes
 in its own natural way:
 
-=============  ==========================  ==================================
-type           canonical Python value      from Debezium's JSON
-=============  ==========================  ==================================
-``decimal``    ``decimal.Decimal`` exact   ``"12.50"``
-``date``       ``datetime.date``           ``"2024-02-29Z"``
-``time``       ``datetime.time``           ``"13:45:30.123456Z"``
-``timestamp``  aware ``datetime`` in UTC   ``"2024-02-29T11:45:30.123456Z"``
-``json``       dict / list / scalar        ``"{\"a\": 1}"``
-``bytes``      ``bytes``                   base64 text
-``bool``       ``bool``                    ``true`` or ``1`` (MariaDB BOOLEAN)
-``uuid``       ``str`` (canonical form)    ``"a0ee..."``
-other          unchanged                   numbers, text, arrays
-=============  ==========================  ==================================
+=============  =========================  ===================================  ====================================
+type           canonical Python value     from Debezium's JSON                 in a document id
+=============  =========================  ===================================  ====================================
+``decimal``    ``decimal.Decimal`` exact  ``"12.50"``                          ``12.50`` (never an exponent)
+``date``       ``datetime.date``          ``"2024-02-29Z"``                    ``2024-02-29``
+``time``       ``datetime.time``          ``"13:45:30.123456Z"``               ``13:45:30.123456``
+``timestamp``  aware ``datetime`` in UTC  ``"2024-02-29T11:45:30.123456Z"``    ``2024-02-29T11:45:30.123456+00:00``
+``json``       dict / list / scalar       ``"{\"a\": 1}"``                     ``str(value)``
+``bytes``      ``bytes``                  base64 text                          base64 text
+``bool``       ``bool``                   ``true`` or ``1`` (MariaDB BOOLEAN)  ``str(value)`` as read
+``uuid``       ``str`` (canonical form)   ``"a0ee..."``                        ``a0ee...`` (lower case)
+other          unchanged                  numbers, text, arrays                ``str(value)``: ``7``, ``abc``
+=============  =========================  ===================================  ====================================
 
 ``canonical_value`` turns a value read straight from the source database into
-the same form, which is what ``verify`` compares.
+the same form, which is what ``verify`` compares. ``doc_id`` does the same for
+the primary key, so a row has one id whether it was streamed, bootstrapped
+from the topics or from the source, or read by ``verify``.
 """
 
 from __future__ import annotations
@@ -53,22 +55,75 @@ class TableMapping:
     types: Mapping[str, str] = field(default_factory=dict)  # column -> one of TYPES
     # column -> (field name, type, converter or None); what map_row looks up once per column of a change
     plan: Mapping[str, tuple[str, str | None, Any]] = field(init=False, repr=False, compare=False)
+    # (key column, type, id text function or None for str), in key order; what doc_id looks up per change
+    key_plan: tuple[tuple[str, str | None, Any], ...] = field(init=False, repr=False, compare=False)
+    plain_key: str | None = field(init=False, repr=False, compare=False)  # the one key column, if its id is str()
 
     def __post_init__(self) -> None:
         columns = self.include if self.include is not None else tuple(self.types)
         kinds = {c: self.types.get(c) for c in columns}
         plan = {c: (self.rename.get(c, c), kind, _CONVERTERS.get(kind or "")) for c, kind in kinds.items()}
         object.__setattr__(self, "plan", plan)
+        key_plan = tuple(_key_step(c, self.types) for c in self.key_columns)
+        object.__setattr__(self, "key_plan", key_plan)
+        object.__setattr__(self, "plain_key", key_plan[0][0] if len(key_plan) == 1 and key_plan[0][2] is None else None)
 
 
-def doc_id(key: Mapping[str, Any], key_columns: tuple[str, ...] = ()) -> str:
-    """The document id from the primary key: one value as is, several joined by '|' (escaped)."""
-    if len(key_columns) == 1:
-        return str(key[key_columns[0]])
-    values = [key[c] for c in key_columns or tuple(key)]
-    if len(values) == 1:
-        return str(values[0])
-    return "|".join(str(v).replace("\\", "\\\\").replace("|", "\\|") for v in values)
+def doc_id(key: Mapping[str, Any], mapping: TableMapping) -> str:
+    """The document id of a row from its primary key: the same text whichever path read the key.
+
+    The one id function of streaming, both bootstraps and ``verify``. ``key``
+    holds Debezium's key JSON (ISO text for dates and times, base64 for
+    bytes, text for decimals) or what a database driver returned (``date``,
+    ``datetime``, ``timedelta``, ``bytes``, ``UUID``...). Each key column
+    becomes the text of its canonical value by the column's type (the ``id``
+    column of the module docstring's table); integers and text stay
+    ``str(value)``. Several columns are joined by '|', each with '|' and
+    the backslash escaped.
+
+    A key without one of the catalog's key columns (the primary key changed
+    since the follower read the catalog, or ``message.key.columns`` names
+    other columns) is a ``PoisonRecord``: no id made from it would match the
+    stored ones.
+    """
+    if mapping.plain_key is not None:  # one integer or text column: the common case, kept short
+        try:
+            return str(key[mapping.plain_key])
+        except KeyError:
+            pass  # _key_value says why
+    plan = mapping.key_plan or tuple(_key_step(c, mapping.types) for c in key)  # no primary key: the key's own
+    if len(plan) == 1:
+        return _key_part(key, plan[0], mapping)
+    parts = (_key_part(key, step, mapping) for step in plan)
+    return "|".join(p.replace("\\", "\\\\").replace("|", "\\|") for p in parts)
+
+
+def _key_step(column: str, types: Mapping[str, str]) -> tuple[str, str | None, Any]:
+    kind = types.get(column)
+    return column, kind, _KEY_TEXT.get(kind or "")
+
+
+def _key_part(key: Mapping[str, Any], step: tuple[str, str | None, Any], mapping: TableMapping) -> str:
+    column, kind, text = step
+    value = _key_value(key, column, mapping)
+    if text is None or value is None:
+        return str(value)
+    try:
+        return str(text(value))
+    except BAD_VALUE as err:
+        raise PoisonRecord(f"table {mapping.table}: key {column}={value!r} is not a valid {kind}: {err}") from None
+
+
+def _key_value(key: Mapping[str, Any], column: str, mapping: TableMapping) -> Any:
+    try:
+        return key[column]
+    except KeyError:
+        raise PoisonRecord(
+            f"table {mapping.table}: the record's key {sorted(key)} lacks {column!r}, a column of the primary key"
+            f" {list(mapping.key_columns)} read from the catalog: the table's primary key changed (or the"
+            f" connector's message.key.columns names other columns); run"
+            f" `cdcsync reindex <follower> --table {mapping.table}` to rebuild its store on the new key"
+        ) from None
 
 
 def _date(value: str) -> date:
@@ -147,9 +202,42 @@ def canonical_value(value: Any, kind: str | None) -> Any:
     return value
 
 
+def _date_key(value: Any) -> str:
+    return str((_date(value) if isinstance(value, str) else value).isoformat())
+
+
+def _time_key(value: Any) -> str:
+    return str((_time(value) if isinstance(value, str) else canonical_value(value, "time")).isoformat())
+
+
+def _timestamp_key(value: Any) -> str:
+    return str((_timestamp(value) if isinstance(value, str) else canonical_value(value, "timestamp")).isoformat())
+
+
+def _bytes_key(value: Any) -> str:
+    raw = base64.b64decode(value, validate=True) if isinstance(value, str) else bytes(value)
+    return base64.b64encode(raw).decode()
+
+
+def _decimal_key(value: Any) -> str:
+    return format(value if isinstance(value, Decimal) else Decimal(value), "f")
+
+
+# Key value (Debezium's JSON or a driver's) -> its id text, per type; str() for types not listed (int, text).
+# Each is the text scalar_text gives for the canonical value: what the sinks store in the key's own field.
+_KEY_TEXT: dict[str, Any] = {
+    "date": _date_key,
+    "time": _time_key,
+    "timestamp": _timestamp_key,
+    "bytes": _bytes_key,
+    "decimal": _decimal_key,
+    "uuid": _uuid,
+}
+
+
 def map_row(change: Change, mapping: TableMapping) -> Row:
     """Apply a table's mapping to a change (deletes carry no document)."""
-    ident = doc_id(change.key, mapping.key_columns)
+    ident = doc_id(change.key, mapping)
     if change.after is None:
         return Row(change, mapping.target, ident, None)
     doc: dict[str, Any] = {}

@@ -53,8 +53,7 @@ def verify_follower(config: Config, follower: FollowerConfig, sink: Sink) -> lis
         report = TableReport(follower.name, f"{source.name}.{table}", mapping.target)
         expected: dict[str, str] = {}
         for row in source_rows(source, table):
-            key = {c: row[c] for c in mapping.key_columns} if mapping.key_columns else row
-            expected[doc_id(key, mapping.key_columns)] = fingerprint(sink.stored_form(canonical_doc(row, mapping)))
+            expected[doc_id(row, mapping)] = fingerprint(sink.stored_form(canonical_doc(row, mapping)))
         held = {ident: fingerprint(doc) for ident, (_version, doc) in sink.held(mapping.target).items()}
         report.source_rows, report.store_rows = len(expected), len(held)
         report.missing = sorted(set(expected) - set(held))
