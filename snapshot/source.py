@@ -313,7 +313,8 @@ def _jdbc_pieces(spark: SparkSession, source: SourceConfig, plan: Plan, read: So
         options["customSchema"] = ", ".join(f"`{c}` STRING" for c in text_columns)
     table = qualified
     if not isinstance(read, PostgresRead):
-        table = f"(SELECT t.*, {read.position_columns()} FROM {qualified} t) AS cdcsync_chunk"
+        select = f"{_maria_columns(plan.mapping)}, {read.position_columns()}"
+        table = f"(SELECT {select} FROM {qualified} t) AS cdcsync_chunk"
     pieces = max(1, math.ceil(read.count(qualified) / ROWS_PER_PIECE))
     keys = plan.mapping.key_columns
     if pieces == 1:
@@ -324,6 +325,14 @@ def _jdbc_pieces(spark: SparkSession, source: SourceConfig, plan: Plan, read: So
         predicates = _hash_predicates(source, keys, min(pieces, MAX_HASH_PIECES))
     url = _jdbc_url(source)
     return [spark.read.jdbc(url, table, predicates=[p], properties=options) for p in predicates]
+
+
+def _maria_columns(mapping: TableMapping) -> str:
+    """The chunk query's select list: MariaDB's UUID type reaches Spark as JDBC OTHER, which it cannot read."""
+    uuids = {c for c, kind in mapping.types.items() if kind == "uuid"}
+    if not uuids:
+        return "t.*"
+    return ", ".join(f"CAST(t.`{c}` AS CHAR(36)) AS `{c}`" if c in uuids else f"t.`{c}`" for c in mapping.types)
 
 
 def _range_predicates(source: SourceConfig, key: str, bounds: tuple[Any, Any], pieces: int) -> list[str]:
