@@ -17,15 +17,20 @@
 Killed half-way, nothing was published or recorded; a re-run's ``stage``
 drops the unpublished store and starts over. A follower that already has a
 checkpoint is refused: it is streaming, and rebuilding it is ``reindex``'s job.
+
+One bootstrap or reindex per follower at a time (``follower_lock``): a second
+one would drop the first's unpublished store in its own ``stage``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,6 +173,35 @@ def publish(sink: Sink, attempts: int = 6) -> None:
                 raise
             delay = min(max(delay * 2, err.retry_after), 30)
             time.sleep(delay)
+
+
+@contextmanager
+def follower_lock(base: Path, follower: str, what: str) -> Iterator[None]:
+    """Hold the follower's lock for the block, or refuse (``FatalError``, exit 1) while another run holds it.
+
+    An ``flock`` on ``<state>/locks/<follower>.lock``: the OS releases it when
+    the holder exits, however it dies, so a killed run never blocks the next
+    one and there is nothing to clean up. The file says who holds it, for the
+    refusal message. ``what`` names this run (``reindex cache``).
+    """
+    path = base / "locks" / f"{follower}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 1024, 0).decode(errors="replace").strip() or "a process that just started"
+            raise FatalError(
+                f"follower {follower}: refusing `{what}`: another bootstrap or reindex of it is running ({holder}; "
+                f"lock {path}). Wait for it to end or stop that process; a killed one releases the lock by itself"
+            ) from None
+        os.ftruncate(fd, 0)
+        started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        os.pwrite(fd, f"pid {os.getpid()}: `{what}` since {started}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def bootstrap_from_topics(

@@ -35,40 +35,44 @@ def bootstrap(
     """Fill FOLLOWER's store from a snapshot, then record the log position it is aligned with.
 
     `cdcsync run` then streams the follower from exactly there: no gap, no
-    double apply. Safe to re-run after a crash. Exit 0 done, 1 failed, 2 usage
-    or config error.
+    double apply. Safe to re-run after a crash; refused while another bootstrap
+    or reindex of FOLLOWER runs. Exit 0 done, 1 failed or refused, 2 usage or
+    config error.
     """
     from cdcsync.snapshot.bootstrap import as_json as summary_json
-    from cdcsync.snapshot.bootstrap import bootstrap_from_topics, progress_bar
+    from cdcsync.snapshot.bootstrap import bootstrap_from_topics, follower_lock, progress_bar
     from cdcsync.sync.catalog import mappings_for
     from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
 
     config = load(ctx)
     cfg = config.follower(follower)
-    spark = None
-    if cfg.kind == "delta" or origin == "source":
-        from cdcsync.spark import spark_session
+    with follower_lock(base_dir(config), cfg.name, f"bootstrap {cfg.name}"):  # one run per follower
+        spark = None
+        if cfg.kind == "delta" or origin == "source":
+            from cdcsync.spark import spark_session
 
-        spark = spark_session(f"cdcsync-bootstrap-{cfg.name}")
-    mappings = mappings_for(config, cfg)
-    if tables:
-        wanted = {t.lower() for t in tables}
-        known = {m.table.lower() for m in mappings.values()}
-        if not wanted <= known:
-            raise click.UsageError(
-                f"follower {cfg.name} does not follow {sorted(wanted - known)}; it follows {sorted(known)}"
+            spark = spark_session(f"cdcsync-bootstrap-{cfg.name}")
+        mappings = mappings_for(config, cfg)
+        if tables:
+            wanted = {t.lower() for t in tables}
+            known = {m.table.lower() for m in mappings.values()}
+            if not wanted <= known:
+                raise click.UsageError(
+                    f"follower {cfg.name} does not follow {sorted(wanted - known)}; it follows {sorted(known)}"
+                )
+            mappings = {topic: m for topic, m in mappings.items() if m.table.lower() in wanted}
+        built = build_follower(config, cfg, spark, mappings, open_sink=False)  # bootstrap stages, then publishes
+        if origin == "source":
+            from cdcsync.snapshot.source import bootstrap_from_source
+
+            assert spark is not None
+            summary = bootstrap_from_source(
+                config, cfg, built, spark, checkpoint_dir(config, cfg), base_dir(config), partitions, progress_bar
             )
-        mappings = {topic: m for topic, m in mappings.items() if m.table.lower() in wanted}
-    built = build_follower(config, cfg, spark, mappings, open_sink=False)  # bootstrap stages, then publishes
-    if origin == "source":
-        from cdcsync.snapshot.source import bootstrap_from_source
-
-        assert spark is not None
-        summary = bootstrap_from_source(
-            config, cfg, built, spark, checkpoint_dir(config, cfg), base_dir(config), partitions, progress_bar
-        )
-    else:
-        summary = bootstrap_from_topics(config, cfg, built, checkpoint_dir(config, cfg), base_dir(config), progress_bar)
+        else:
+            summary = bootstrap_from_topics(
+                config, cfg, built, checkpoint_dir(config, cfg), base_dir(config), progress_bar
+            )
     if as_json:
         click.echo(json.dumps(summary_json(summary), indent=2))
     else:
