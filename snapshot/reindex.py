@@ -19,26 +19,49 @@ A reindex of every table (no ``--table``) then records E2 as the offsets the
 rebuilt store reflects (``sync.position.record_reindexed``): a follower
 refused for a position past the compaction horizon resumes from there.
 
-Killed anywhere before 4, readers never saw the staged store and the next
-run's ``stage`` removes it. Killed between 4 and 5, the daemon's own writes
-after the switch are in; only changes of the last seconds before the switch
-may be missing until the same keys change again: run reindex again.
+One bootstrap or reindex per follower at a time (``follower_lock``: a second
+one is refused, exit 1, naming the running process).
+
+Progress is recorded in ``<state>/reindex/<follower>.json`` (``state_file``),
+written atomically at each step: ``staging`` before 2, ``publishing`` before
+4 (with E1b), ``published`` after 4, ``done`` after 5. A reindex killed
+anywhere leaves readers on a complete store: before 4 the old one, which the
+daemon keeps up to date; from 4 on the new one, which lacks at most the
+changes from E1b to the switch that the daemon wrote to the old store. The
+next ``reindex`` of the follower reads the record (``unfinished``) and
+finishes the killed run before its own: a run whose targets it rebuilds
+anyway needs nothing more (its fill covers everything); otherwise a run
+killed after 4 is caught up from its recorded E1b (step 5, and its
+``record_reindexed``), and one killed during 4 is run again. Killed before 4,
+readers never saw the staged store and the next ``stage`` removes it.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import ConfigError
-from cdcsync.snapshot.bootstrap import Offsets, Progress, Summary, capture, offsets_json, publish, replay
+from cdcsync.snapshot.bootstrap import (
+    Offsets,
+    Progress,
+    Summary,
+    capture,
+    follower_lock,
+    offsets_json,
+    publish,
+    replay,
+)
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.position import record_reindexed
+from cdcsync.sync.position import base_dir, record_reindexed
 from cdcsync.sync.stream import build_follower
 
 if TYPE_CHECKING:
@@ -54,6 +77,7 @@ class ReindexSummary:
     published_at: float = 0.0  # unix time of the switch
     seconds: float = 0.0
     offsets: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # E1, E1b, E2
+    finished: str | None = None  # what was done to finish a killed earlier run first, if anything
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -64,7 +88,38 @@ class ReindexSummary:
             "published_at": self.published_at,
             "seconds": self.seconds,
             "offsets": self.offsets,
+            "finished": self.finished,
         }
+
+
+def state_file(base: Path, follower: str) -> Path:
+    """Where a reindex records its progress (module docstring)."""
+    return base / "reindex" / f"{follower}.json"
+
+
+def unfinished(config: Config, follower: str) -> dict[str, Any] | None:
+    """The record of the follower's last reindex if it was killed before its end, else None.
+
+    Keys: ``step`` (``staging``, ``publishing`` or ``published``), ``pid``,
+    ``table`` (None: every table), ``topics``, ``targets``, ``started_at``,
+    ``staged_to`` (E1b, once known). Only meaningful while no reindex of the
+    follower runs: the caller holds its lock, or reports the record as a
+    warning ("reindex killed at step ..., run it again").
+    """
+    path = state_file(base_dir(config), follower)
+    if not path.exists():
+        return None
+    record: dict[str, Any] = json.loads(path.read_text())
+    return None if record.get("step") == "done" else record
+
+
+def _record(config: Config, follower: str, record: dict[str, Any], step: str, **fields: Any) -> None:
+    record.update(step=step, updated_at=time.time(), **fields)
+    path = state_file(base_dir(config), follower)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
 
 
 def select(mappings: dict[str, TableMapping], cfg: FollowerConfig, table: str | None) -> dict[str, TableMapping]:
@@ -85,22 +140,56 @@ def reindex(
     table: str | None = None,
     progress: Progress | None = None,
 ) -> ReindexSummary:
-    """Run steps 1-5 of the module docstring for ``cfg`` (and ``table`` only, if given)."""
+    """Run steps 1-5 of the module docstring for ``cfg`` (and ``table`` only, if given).
+
+    Holds the follower's lock throughout, and first finishes an earlier
+    reindex of the follower that was killed (module docstring).
+    """
+    what = f"reindex {cfg.name}" + (f" --table {table}" if table else "")
+    with follower_lock(base_dir(config), cfg.name, what):
+        every = mappings_for(config, cfg)
+        mappings = select(every, cfg, table)
+        killed, finished = unfinished(config, cfg.name), None
+        if killed is not None and killed["step"] != "staging" and not set(killed["topics"]) <= set(mappings):
+            finished = _finish(config, cfg, spark, killed, every, progress)
+        summary = _run(config, cfg, spark, mappings, table, progress)
+        if killed is not None and finished is None:
+            finished = (
+                "the reindex killed before its switch had left readers on the old store: nothing to finish"
+                if killed["step"] == "staging"
+                else f"this run rebuilt the targets of the reindex killed at step {killed['step']}"
+            )
+        summary.finished = finished
+        return summary
+
+
+def _run(
+    config: Config,
+    cfg: FollowerConfig,
+    spark: SparkSession | None,
+    mappings: dict[str, TableMapping],
+    table: str | None,
+    progress: Progress | None,
+) -> ReindexSummary:
     started = time.monotonic()
-    mappings = select(mappings_for(config, cfg), cfg, table)
     follower = build_follower(config, cfg, spark, mappings=mappings, open_sink=False)
     topics = sorted(mappings)
     summary = ReindexSummary(cfg.name, sorted({m.target for m in mappings.values()}), Summary(cfg.name),
                              Summary(cfg.name))  # fmt: skip
+    record = {"follower": cfg.name, "pid": os.getpid(), "table": table, "topics": topics,
+              "targets": summary.targets, "started_at": time.time()}  # fmt: skip
     try:
         marks = capture(config, topics)
         e1 = _high(marks)
+        _record(config, cfg.name, record, "staging")
         follower.sink.stage(list(mappings.values()))
         replay(config, follower, {tp: low for tp, (low, _) in marks.items()}, e1, summary.fill, progress)
         e1b = _high(capture(config, topics))
         replay(config, follower, e1, e1b, summary.fill, progress)
+        _record(config, cfg.name, record, "publishing", staged_to=offsets_json(e1b))
         publish(follower.sink)
         summary.published_at = time.time()
+        _record(config, cfg.name, record, "published", published_at=summary.published_at)
         e2 = _high(capture(config, topics))
         replay(config, follower, e1b, e2, summary.catch_up, progress)
     finally:
@@ -108,8 +197,36 @@ def reindex(
     summary.offsets = {"filled_to": offsets_json(e1), "staged_to": offsets_json(e1b), "caught_up_to": offsets_json(e2)}
     if table is None:
         record_reindexed(config, cfg.name, summary.offsets["caught_up_to"])
+    _record(config, cfg.name, record, "done", caught_up_to=summary.offsets["caught_up_to"])
     summary.seconds = round(time.monotonic() - started, 2)
     return summary
+
+
+def _finish(
+    config: Config,
+    cfg: FollowerConfig,
+    spark: SparkSession | None,
+    killed: dict[str, Any],
+    every: dict[str, TableMapping],
+    progress: Progress | None,
+) -> str:
+    """Finish a reindex killed during or after its publish whose targets this run does not rebuild."""
+    if killed["step"] == "publishing":  # some targets may be switched, others not: run it again
+        _run(config, cfg, spark, select(every, cfg, killed["table"]), killed["table"], progress)
+        return f"ran again the reindex killed at step {killed['step']}"
+    mappings = {topic: m for topic, m in every.items() if topic in killed["topics"]}
+    follower = build_follower(config, cfg, spark, mappings=mappings)  # the live store, as step 5
+    caught_up = Summary(cfg.name)
+    try:
+        starts = {TopicPartition(t, int(p)): o for t, parts in killed["staged_to"].items() for p, o in parts.items()}
+        e2 = _high(capture(config, sorted(mappings)))
+        replay(config, follower, starts, e2, caught_up, progress)
+    finally:
+        follower.sink.close()
+    if killed["table"] is None:
+        record_reindexed(config, cfg.name, offsets_json(e2))
+    _record(config, cfg.name, killed, "done", caught_up_to=offsets_json(e2))
+    return f"caught up the reindex killed at step {killed['step']}: {caught_up.records:,} records"
 
 
 def _high(marks: dict[TopicPartition, tuple[int, int]]) -> Offsets:

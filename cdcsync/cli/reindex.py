@@ -20,8 +20,10 @@ def reindex(ctx: click.Context, follower: str, table: str | None, as_json: bool)
 
     The follower's daemon keeps streaming meanwhile; its checkpoint is not
     touched. Elasticsearch: a new index behind the alias; Redis: a staged key
-    generation promoted key by key; Delta: one new table version. Safe to
-    re-run after a crash. Exit 0 done, 1 failed, 2 usage or config error.
+    generation that replaces the live keys key by key; Delta: one new table
+    version. A reindex killed earlier is finished first; one running already
+    makes this one refused. Exit 0 done, 1 failed or refused, 2 usage or
+    config error.
     """
     from cdcsync.snapshot.bootstrap import progress_bar
     from cdcsync.snapshot.reindex import reindex as run_reindex
@@ -34,6 +36,8 @@ def reindex(ctx: click.Context, follower: str, table: str | None, as_json: bool)
 
         spark = spark_session(f"cdcsync-reindex-{cfg.name}")
     summary = run_reindex(config, cfg, spark, table, functools.partial(progress_bar, label="reindex"))
+    if summary.finished:
+        click.echo(f"follower {cfg.name}: an earlier reindex was killed; {summary.finished}", err=True)
     if as_json:
         click.echo(json.dumps(summary.as_json(), indent=2))
     else:
