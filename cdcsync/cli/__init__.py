@@ -68,7 +68,8 @@ def load(ctx: click.Context) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        cli.main(args=argv, prog_name="cdcsync", standalone_mode=False)
+        # Without standalone mode, click returns ``ctx.exit(code)``'s code instead of exiting with it.
+        code = cli.main(args=argv, prog_name="cdcsync", standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.ClickException as err:
@@ -83,3 +84,5 @@ def main(argv: list[str] | None = None) -> None:
     except CdcsyncError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(1)
+    if isinstance(code, int) and code:
+        sys.exit(code)
