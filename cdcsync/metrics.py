@@ -2,7 +2,8 @@
 
 Counters and histograms live in the default registry; ``serve(port)`` exposes
 them at ``/metrics`` and the daemon's health at ``/healthz`` (200 when every
-follower runs, 503 naming the ones that do not).
+follower runs, 503 naming the ones that do not). The lag gauges are set by the
+daemon's collector thread from ``sync.lag`` (``record_lag``), every ~10 s.
 """
 
 from __future__ import annotations
@@ -57,6 +58,31 @@ CAPTURE_HEALS = Counter(
     ["source", "action"],
 )
 
+SINK_RETRIES = Counter(
+    "cdcsync_sink_retries_total", "Writes of a chunk retried after a retryable sink error", ["follower"]
+)
+
+OFFSETS_BEHIND = Gauge(
+    "cdcsync_follower_offsets_behind",
+    "Log end offset minus the follower's position (its checkpoint), per topic partition",
+    ["follower", "topic", "partition"],
+)
+SECONDS_BEHIND = Gauge(
+    "cdcsync_follower_seconds_behind",
+    "Source commit time of the newest change in the log minus that of the last change applied; 0 when caught up",
+    ["follower", "table"],
+)
+CAPTURE_LAG = Gauge(
+    "cdcsync_capture_lag_seconds",
+    "How far capture may be behind its source: heartbeat age, or the newest change's delay while capture is busy",
+    ["source"],
+)
+SLOT_RETAINED_WAL = Gauge(
+    "cdcsync_slot_retained_wal_bytes",
+    "WAL a Postgres replication slot keeps from being recycled: pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)",
+    ["source", "slot"],
+)
+
 Health = Callable[[], tuple[bool, list[str]]]  # (healthy, one line per problem)
 
 
@@ -72,6 +98,24 @@ def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
         FRESHNESS.labels(follower, table).set(ts_ms / 1000)
     OLDER.labels(follower).inc(counts.older)
     DEAD.labels(follower).inc(counts.dead_lettered)
+
+
+def record_lag(report: Any) -> None:
+    """Set the lag gauges from one ``sync.lag.LagReport``; a value that could not be read is left as it was."""
+    for follower in report.followers:
+        seconds: dict[str, float] = {}
+        for table in follower.tables:
+            for part in table.partitions:
+                OFFSETS_BEHIND.labels(follower.follower, table.topic, str(part.partition)).set(part.offsets_behind)
+            if table.seconds_behind is not None:  # two sources with one table name share the label: the worse
+                seconds[table.table] = max(table.seconds_behind, seconds.get(table.table, 0.0))
+        for table_name, value in seconds.items():
+            SECONDS_BEHIND.labels(follower.follower, table_name).set(value)
+    for source in report.sources:
+        if source.capture_lag_s is not None:
+            CAPTURE_LAG.labels(source.source).set(source.capture_lag_s)
+        if source.slot is not None and source.retained_wal_bytes is not None:
+            SLOT_RETAINED_WAL.labels(source.source, source.slot).set(source.retained_wal_bytes)
 
 
 def serve(port: int, host: str = "127.0.0.1", health: Health | None = None) -> ThreadingHTTPServer:

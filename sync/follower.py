@@ -353,6 +353,7 @@ class Follower:
                     raise RetryableError(
                         f"follower {self.name}: sink still failing after {attempt} attempts: {err}", err.retry_after
                     ) from err
+                metrics.SINK_RETRIES.labels(self.name).inc()
                 delay = min(max(delay * 2, err.retry_after), 30)
                 log.warning(
                     "follower=%s batch=%d attempt=%d retry_in_s=%.1f error=%s", self.name, batch_id, attempt, delay, err

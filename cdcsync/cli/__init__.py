@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bootstrap": ("cdcsync.cli.bootstrap", "bootstrap", "Build a new follower's store, aligned with exact offsets."),
     "reindex": ("cdcsync.cli.reindex", "reindex", "Rebuild a follower's store beside the live one, then switch."),
     "verify": ("cdcsync.cli.verify", "verify", "Compare each derived store with its source, row by row."),
+    "lag": ("cdcsync.cli.lag", "lag", "How far each follower and each source's capture is behind."),
 }
 
 

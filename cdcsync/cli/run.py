@@ -129,6 +129,7 @@ def run(
     if metrics_port:
         metrics.serve(metrics_port, metrics_host, health=health)
         log.info("metrics on http://%s:%d/metrics, health on /healthz", metrics_host, metrics_port)
+        threading.Thread(target=_collect_lag, args=(config, selected), name="cdcsync-lag", daemon=True).start()
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: stopping.append(signum))
@@ -150,6 +151,19 @@ def _watch_capture(watch: Any) -> None:
     while True:
         watch.tick()
         time.sleep(WATCH_S)
+
+
+def _collect_lag(config: Any, followers: list[Any]) -> None:
+    """Export the followers' and sources' lag (``sync.lag``) every ``COLLECT_S``; a failed round is only logged."""
+    from cdcsync.sync.lag import COLLECT_S, LagCollector
+
+    collector = LagCollector(config, followers)
+    while True:
+        try:
+            collector.tick()
+        except Exception as err:  # Kafka or a source down for a round: the next one tries again
+            logging.getLogger("cdcsync.lag").warning("lag not collected: %s", err)
+        time.sleep(COLLECT_S)
 
 
 def _close_quietly(follower: Any) -> None:
