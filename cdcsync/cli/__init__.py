@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "reindex": ("cdcsync.cli.reindex", "reindex", "Rebuild a follower's store beside the live one, then switch."),
     "verify": ("cdcsync.cli.verify", "verify", "Compare each derived store with its source, row by row."),
     "lag": ("cdcsync.cli.lag", "lag", "How far each follower and each source's capture is behind."),
+    "status": ("cdcsync.cli.status", "status", "Capture, followers and sinks: healthy or not (exit 1)."),
 }
 
 
