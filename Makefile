@@ -5,7 +5,7 @@ VENV  := $(STATE)/venv
 PY    := $(VENV)/bin/python
 STACK := python3 deploy/local/stack.py
 
-.PHONY: help install up down status demo test test-unit test-integration test-chaos lint bench clean-state
+.PHONY: help install up down status demo test test-unit test-integration test-chaos chaos lint bench clean-state
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -25,8 +25,8 @@ status:  ## state, port and memory of every component
 demo: up  ## stack up, sample database loaded, connectors applied; prints where to look
 	@$(PY) deploy/local/demo.py
 
-test: up  ## unit + integration + chaos tests against the real stack
-	@$(PY) -m pytest tests/unit tests/integration tests/chaos -p no:cacheprovider -ra
+test: up  ## unit + integration + chaos tests against the real stack (the long fault scenarios: make chaos)
+	@$(PY) -m pytest tests/unit tests/integration tests/chaos -m "not long" -p no:cacheprovider -ra
 
 test-unit: install  ## unit tests only (no services)
 	@$(PY) -m pytest tests/unit -p no:cacheprovider -q
@@ -34,8 +34,10 @@ test-unit: install  ## unit tests only (no services)
 test-integration: up
 	@$(PY) -m pytest tests/integration -p no:cacheprovider -ra
 
-test-chaos: up
-	@$(PY) -m pytest tests/chaos -p no:cacheprovider -ra
+chaos: up  ## every fault scenario, the long ones included (a sink down 10 minutes, a wide-row backlog)
+	@CDCSYNC_CHAOS_OUTAGE_S=$${CDCSYNC_CHAOS_OUTAGE_S:-600} $(PY) -m pytest tests/chaos -p no:cacheprovider -ra
+
+test-chaos: chaos
 
 lint: install  ## ruff and mypy
 	@$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,9 +112,13 @@ class Supervisor:
                     self._check_position(child)
 
     def stop_all(self, stop_query: Callable[[Any], None]) -> None:
-        for child in self.children:
-            if child.query is not None and child.query.isActive:
-                stop_query(child.query)
+        """Stop every active query, all at once (each may wait for the end of its batch)."""
+        active = [c.query for c in self.children if c.query is not None and c.query.isActive]
+        stoppers = [threading.Thread(target=stop_query, args=(q,)) for q in active]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join()
 
     def all_stopped(self) -> bool:
         return all(c.state == "stopped" for c in self.children)

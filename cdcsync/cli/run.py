@@ -173,8 +173,11 @@ def _close_quietly(follower: Any) -> None:
         logging.getLogger("cdcsync.run").warning("follower=%s closing the failed sink: %s", follower.name, err)
 
 
-def stop_between_batches(query: Any, timeout_s: float = 120) -> None:
-    """Stop a query when no batch is running; a batch cut short would only be replayed, but is noisy."""
+def stop_between_batches(query: Any, timeout_s: float = 30) -> None:
+    """Stop a query when no batch is running, or after ``timeout_s`` anyway (catching up, a batch follows a batch).
+
+    A batch cut short is replayed at the next start (its offsets were not committed): nothing is lost.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and query.status.get("isTriggerActive"):
         time.sleep(0.1)

@@ -16,30 +16,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from cdcsync.config import load_config
 from cdcsync.connectors.apply import apply
-from tests.chaos.test_run_crash import start_daemon, verify_until_clean
+from tests.chaos.daemon import batches, daemon_config, start_daemon, verify_until_clean, wait_for_batches
 from tests.integration.followers import drop_stores, follower_dicts
-from tests.support import ENV, drop_capture, execute, source_dict, uid, wait_streaming
-
-
-def batches(log: Path, follower: str) -> int:
-    return log.read_text(errors="replace").count(f"follower={follower} batch=")
-
-
-def wait_for_batches(log: Path, followers: tuple[str, ...], within_s: float = 180) -> dict[str, int]:
-    """Wait until every follower logged a batch (a first batch starts Spark's Python workers); the counts."""
-    deadline = time.monotonic() + within_s
-    counts = {f: batches(log, f) for f in followers}
-    while not all(counts.values()) and time.monotonic() < deadline:
-        time.sleep(2)
-        counts = {f: batches(log, f) for f in followers}
-    assert all(counts.values()), log.read_text()[-3000:]
-    return counts
+from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
 
 
 def test_a_new_follower_bootstraps_and_joins_a_running_system(tmp_path: Path) -> None:
@@ -50,16 +33,9 @@ def test_a_new_follower_bootstraps_and_joins_a_running_system(tmp_path: Path) ->
         f"INSERT INTO {table} SELECT g, g FROM generate_series(1, 2000) g",
     )
     search, cache, warehouse = follower_dicts(tag, tmp_path)
-    doc: dict[str, Any] = {
-        "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
-        "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
-        "sources": [source_dict("postgres", f"{tag}_pg", [f"public.{table}"])],
-        "followers": [search, cache],
-        "state_dir": str(tmp_path),
-    }
-    config_path = tmp_path / "cdcsync.yaml"
-    config_path.write_text(yaml.safe_dump(doc))
-    config = load_config(config_path)
+    doc, config_path, config = daemon_config(
+        tmp_path, [source_dict("postgres", f"{tag}_pg", [f"public.{table}"])], [search, cache]
+    )
     running: list[subprocess.Popen] = []
     stop = threading.Event()
     try:

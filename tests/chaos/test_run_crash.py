@@ -8,72 +8,23 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from cdcsync.config import load_config
 from cdcsync.connectors.apply import apply
+from tests.chaos.daemon import daemon_config, start_daemon, verify_until_clean
 from tests.integration.followers import drop_stores, follower_dicts
-from tests.support import ENV, drop_capture, execute, source_dict, uid, wait_streaming
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_daemon(config_path: Path, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "CDCSYNC_METRICS_PORT": str(free_port())}
-    return subprocess.Popen(
-        [sys.executable, "-m", "cdcsync", "--config", str(config_path), "run"],
-        stdout=open(log, "ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-
-
-def verify(config_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cdcsync", "--config", str(config_path), "verify", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def verify_until_clean(config_path: Path, within_s: float = 300) -> subprocess.CompletedProcess:
-    """``cdcsync verify`` every 5 s until it exits 0 (the followers caught up) or time runs out; the last run."""
-    deadline = time.monotonic() + within_s
-    last = verify(config_path)
-    while last.returncode != 0 and time.monotonic() < deadline:
-        time.sleep(5)
-        last = verify(config_path)
-    return last
+from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
 
 
 def test_run_sigkill_and_restart_converges(tmp_path: Path) -> None:
     tag = f"t{uid()}"
     table = f"crash_{uid()}"
     execute("postgres", f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT NOT NULL)")
-    doc: dict[str, Any] = {
-        "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
-        "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
-        "sources": [source_dict("postgres", f"{tag}_pg", [f"public.{table}"])],
-        "followers": follower_dicts(tag, tmp_path),
-        "state_dir": str(tmp_path),
-    }
-    config_path = tmp_path / "cdcsync.yaml"
-    config_path.write_text(yaml.safe_dump(doc))
-    config = load_config(config_path)
+    _, config_path, config = daemon_config(
+        tmp_path, [source_dict("postgres", f"{tag}_pg", [f"public.{table}"])], follower_dicts(tag, tmp_path)
+    )
     log = tmp_path / "run.log"
     daemon = None
     try:

@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -24,13 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
-import yaml
 
-from cdcsync.config import load_config
 from cdcsync.connectors.apply import apply
-from tests.chaos.test_run_crash import free_port, verify_until_clean
+from tests.chaos.daemon import daemon_config, free_port, start_daemon, verify_until_clean
 from tests.integration.followers import drop_stores, follower_dicts
-from tests.support import ENV, drop_capture, execute, source_dict, uid, wait_streaming
+from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
 
 OUTAGE_S = float(os.environ.get("CDCSYNC_CHAOS_OUTAGE_S", "75"))
 
@@ -84,18 +81,9 @@ def test_a_hung_then_killed_sink_is_waited_out_while_the_other_follower_keeps_go
     with own_redis(tmp_path) as (redis_port, restart_redis):
         # Two attempts per batch: the dead server outlasts them, the query fails and the supervisor restarts it.
         cache = {**cache, "url": f"redis://127.0.0.1:{redis_port}/0", "sink_attempts": 2}
-        doc: dict[str, Any] = {
-            "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
-            "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
-            "sources": [source_dict("postgres", f"{tag}_pg", [f"public.{table}"])],
-            "followers": [search, cache],
-            "state_dir": str(tmp_path),
-        }
-        config_path = tmp_path / "cdcsync.yaml"
-        config_path.write_text(yaml.safe_dump(doc))
-        only_search = tmp_path / "search.yaml"
-        only_search.write_text(yaml.safe_dump({**doc, "followers": [search]}))
-        config = load_config(config_path)
+        sources = [source_dict("postgres", f"{tag}_pg", [f"public.{table}"])]
+        _, config_path, config = daemon_config(tmp_path, sources, [search, cache])
+        _, only_search, _ = daemon_config(tmp_path, sources, [search], name="search.yaml")
         log, metrics_port = tmp_path / "run.log", free_port()
         daemon = None
         stop, paused = threading.Event(), threading.Event()
@@ -121,11 +109,7 @@ def test_a_hung_then_killed_sink_is_waited_out_while_the_other_follower_keeps_go
 
             writer = threading.Thread(target=writes)
             writer.start()
-            env = {**os.environ, "CDCSYNC_METRICS_PORT": str(metrics_port)}
-            daemon = subprocess.Popen(
-                [sys.executable, "-m", "cdcsync", "--config", str(config_path), "run"],
-                stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            )  # fmt: skip
+            daemon = start_daemon(config_path, log, metrics_port)
             deadline = time.monotonic() + 180
             while log.read_text(errors="replace").count("follower=cache batch=") == 0:
                 assert time.monotonic() < deadline and daemon.poll() is None, log.read_text()[-3000:]
