@@ -393,7 +393,8 @@ class LagReader:
         if not todo:
             return reads
         consumer = self.consumer
-        consumer.assign([TopicPartition(t, p, spans[(t, p)][0]) for t, p in todo])
+        assigned = [TopicPartition(t, p, spans[(t, p)][0]) for t, p in todo]
+        consumer.assign(assigned)
         deadline = time.monotonic() + self.timeout_s
         try:
             while todo and time.monotonic() < deadline:
@@ -411,10 +412,11 @@ class LagReader:
                         reads[tp].append((offset, msg.value(), msg.timestamp()[1]))
                     if offset >= spans[tp][1] - 1:
                         todo.discard(tp)
-                done = [TopicPartition(t, p) for t, p in spans if (t, p) not in todo]
+                done = [tp for tp in assigned if (tp.topic, tp.partition) not in todo]
                 if done:
                     consumer.pause(done)
         finally:
+            consumer.resume(assigned)  # librdkafka keeps a partition paused across assignments
             consumer.unassign()
         if todo:
             log.warning("lag: %d partition(s) not read within %.0f s: %s", len(todo), self.timeout_s, sorted(todo)[:5])
