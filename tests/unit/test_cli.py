@@ -53,5 +53,5 @@ def test_reindex_is_listed_and_documents_its_options() -> None:
     assert "reindex" in listed.stdout
     done = cdcsync("reindex", "--help")
     assert done.returncode == 0
-    assert "--table" in done.stdout and "--json" in done.stdout and "Exit 0 done, 1 failed, 2" in done.stdout
+    assert "--table" in done.stdout and "--json" in done.stdout and "Exit 0 done, 1 failed or refused, 2" in done.stdout
     assert cdcsync("reindex").returncode == 2  # FOLLOWER is required
