@@ -1,13 +1,16 @@
 """Prometheus metrics, named as deploy/'s dashboard and alert rules expect.
 
 Counters and histograms live in the default registry; ``serve(port)`` exposes
-them at ``/metrics`` and the daemon's health at ``/healthz`` (200 when every
-follower runs, 503 naming the ones that do not). The lag gauges are set by the
-daemon's collector thread from ``sync.lag`` (``record_lag``), every ~10 s.
+them at ``/metrics``, the daemon's health at ``/healthz`` (200 when every
+follower runs, 503 naming the ones that do not) and the lag page at ``/``
+(``/lag.json`` its data; ``cdcsync.lagpage``). The lag gauges are set by the
+daemon's collector thread from ``sync.lag`` (``record_lag``), every ~10 s; the
+last report is kept whole for the page.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -85,6 +88,8 @@ SLOT_RETAINED_WAL = Gauge(
 
 Health = Callable[[], tuple[bool, list[str]]]  # (healthy, one line per problem)
 
+_latest_lag: list[Any] = []  # the collector's last LagReport, for the lag page
+
 
 def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
     """Count one batch (``sync.follower.BatchCounts``)."""
@@ -102,6 +107,7 @@ def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
 
 def record_lag(report: Any) -> None:
     """Set the lag gauges from one ``sync.lag.LagReport``; a value that could not be read is left as it was."""
+    _latest_lag[:] = [report]
     for follower in report.followers:
         seconds: dict[str, float] = {}
         for table in follower.tables:
@@ -118,8 +124,13 @@ def record_lag(report: Any) -> None:
             SLOT_RETAINED_WAL.labels(source.source, source.slot).set(source.retained_wal_bytes)
 
 
+def latest_lag() -> Any:
+    """The last ``sync.lag.LagReport`` recorded, or None before the collector's first round."""
+    return _latest_lag[0] if _latest_lag else None
+
+
 def serve(port: int, host: str = "127.0.0.1", health: Health | None = None) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` and ``/healthz`` on a daemon thread; other paths answer 404."""
+    """Serve ``/metrics``, ``/healthz`` and the lag page (``/``, ``/lag``, ``/lag.json``) on a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
@@ -130,8 +141,16 @@ def serve(port: int, host: str = "127.0.0.1", health: Health | None = None) -> T
                 ok, problems = health() if health is not None else (True, [])
                 body = "ok\n" if ok else "".join(f"{line}\n" for line in problems)
                 self._answer(200 if ok else 503, body.encode(), "text/plain; charset=utf-8")
+            elif path in ("/", "/lag", "/lag.json"):
+                from cdcsync import lagpage
+
+                data = lagpage.snapshot(health)
+                if path == "/lag.json":
+                    self._answer(200, json.dumps(data).encode(), "application/json")
+                else:
+                    self._answer(200, lagpage.render(data).encode(), "text/html; charset=utf-8")
             else:
-                self._answer(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
+                self._answer(404, b"not found: try /, /metrics or /healthz\n", "text/plain; charset=utf-8")
 
         def _answer(self, status: int, body: bytes, content_type: str) -> None:
             self.send_response(status)
