@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the local stack and the test suite need, once.
 #
-#   Debian packages   PostgreSQL, MariaDB, Redis (apt-get; only what is missing)
+#   Debian packages   PostgreSQL, MariaDB, Redis (apt-get; only what is missing);
+#                     for the tests: chromium (the lag page) and prometheus
+#                     (its promtool checks deploy/monitoring; its service stays off)
 #   Maven Central     Kafka, Kafka Connect, Debezium plugins, Elasticsearch, Spark
 #                     Kafka source + Delta Lake: pinned in deploy/local/pom.xml
 #   PyPI              this package and its pinned dependencies, in a virtualenv
@@ -27,6 +29,8 @@ command -v mariadb >/dev/null || missing+=(mariadb-client)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v unzip >/dev/null || missing+=(unzip)
 command -v mvn >/dev/null || missing+=(maven)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v promtool >/dev/null || missing+=(prometheus)
 if ((${#missing[@]})); then
   step "apt-get install ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then
@@ -36,6 +40,16 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # Only promtool is wanted: the package's own Prometheus service (:9090) is
+  # stopped and disabled, so it neither runs beside the stack nor at boot.
+  if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    else
+      invoke-rc.d prometheus stop >/dev/null 2>&1 || true
+      update-rc.d prometheus disable >/dev/null 2>&1 || true
+    fi
+  fi
 fi
 
 # Databases and Elasticsearch refuse to run as root: when root, they run as an
