@@ -169,7 +169,7 @@ class FollowerConfig(_Strict):
     dead_letter_topic: str | None = None
     max_offsets_per_trigger: int = Field(20000, ge=1)
     max_batch_bytes: int = Field(
-        64 * 1024 * 1024, ge=1024 * 1024, description="a batch's records at most about this many bytes (sync/batching)"
+        16 * 1024 * 1024, ge=1024 * 1024, description="a batch's records at most about this many bytes (sync/batching)"
     )
     sink_attempts: int = Field(
         8, ge=1, description="writes of a batch tried before it fails; the daemon then restarts the follower later"

@@ -71,14 +71,16 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         .config("spark.jars", ",".join(str(j) for j in connector_jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.driver.memory", os.environ.get("CDCSYNC_SPARK_DRIVER_MEMORY", "1g"))
+        # The driver runs every follower (and, locally, the executors): 2 GiB holds three followers' batches
+        # of max_batch_bytes each, with their Arrow and Delta MERGE copies (docs/daemon.md, "Memory").
+        .config("spark.driver.memory", os.environ.get("CDCSYNC_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.shuffle.partitions", "4")
         # Delta's default of 50 partitions for reading a table's log makes every MERGE slow on small machines.
         .config("spark.databricks.delta.snapshotPartitions", os.environ.get("CDCSYNC_DELTA_SNAPSHOT_PARTITIONS", "2"))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log
         # Arrow batches handed to the Python workers: bounded in bytes as well as rows (wide rows, sync/batching).
-        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(32 * 1024 * 1024))
+        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(8 * 1024 * 1024))
         .config("spark.sql.session.timeZone", "UTC")
     )
     for key, value in (conf or {}).items():

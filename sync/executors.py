@@ -47,7 +47,9 @@ KEEP = 8  # followers a worker keeps; a daemon has a few, each test its own
 def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function that applies each batch on the executors."""
     config_json = config.model_dump_json()
-    name, mappings = follower.name, follower.mappings
+    # The config's JSON masks the source passwords; the snapshot-row lookup (MariaDB binlog positions) needs
+    # them, so it travels as the driver built it.
+    name, mappings, binlog_seq = follower.name, follower.mappings, follower.binlog_seq
 
     def batch(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -55,7 +57,9 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
         def apply_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             import pyarrow as pa
 
-            counts = _worker_follower(config_json, name, mappings).process(batch_id, arrow_records(batches))
+            worker = _worker_follower(config_json, name, mappings)
+            worker.binlog_seq = binlog_seq
+            counts = worker.process(batch_id, arrow_records(batches))
             yield pa.RecordBatch.from_pydict({"counts": [counts.to_json()]})
 
         parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()

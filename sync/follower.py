@@ -35,7 +35,7 @@ from confluent_kafka import Producer
 
 from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.events import Change, PoisonRecord, parse_record
+from cdcsync.events import BinlogSeq, Change, PoisonRecord, parse_record
 from cdcsync.sync.mapping import TableMapping, map_row
 from cdcsync.sync.sink import Row, Sink, WriteResult
 
@@ -227,8 +227,10 @@ class Follower:
         dead_letters: DeadLetters,
         max_attempts: int = 8,
         report: bool = True,
+        binlog_seq: BinlogSeq | None = None,
     ) -> None:
         self.name, self.sink, self.mappings, self.dead_letters = name, sink, mappings, dead_letters
+        self.binlog_seq = binlog_seq  # MariaDB snapshot rows' binlog positions -> GTID sequences (cdcsync.events)
         self.max_attempts = max_attempts
         self.report = report  # log and count each batch here; False on executors, whose driver does it
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"cdcsync-{name}-writer")
@@ -251,7 +253,9 @@ class Follower:
         for record in records:
             counts.consumed += 1
             try:
-                change = parse_record(record.topic, record.partition, record.offset, record.key, record.value)
+                change = parse_record(
+                    record.topic, record.partition, record.offset, record.key, record.value, self.binlog_seq
+                )
                 if change is None:
                     counts.tombstones += 1
                     continue

@@ -41,19 +41,7 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "postgres",
-        pytest.param(
-            "mariadb",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="sync/ does not yet pass BinlogPositions to parse_record: MariaDB snapshot rows keep version 0",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
 def test_a_fresh_snapshot_after_capture_was_lost_converges_in_every_sink(spark: Any, tmp_path: Path, kind: str) -> None:
     t = f"resnap_{kind[:2]}_{uid()}"
     ns = "public" if kind == "postgres" else "inventory"
