@@ -6,6 +6,11 @@ the configuration files they wrote and the command lines they would have run.
 So a setting added to or changed in stack.py, stack.env or pom.xml fails here,
 with a message naming the setting, until docker-compose.yml follows. No network,
 no Docker, no running services.
+
+Two services are not stack components: prometheus and grafana, which watch a
+`cdcsync run` on the host with deploy/monitoring's files. For them this test
+checks what they are wired to: the files they mount, the daemon's metrics
+address, loopback only, and ports that no stack component or daemon uses.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 LOCAL = REPO / "deploy/local"
 SERVICES = {"postgres", "mariadb", "redis", "kafka", "connect", "elasticsearch"}
+MONITORING = {"prometheus", "grafana"}  # not stack components: they watch the daemon (deploy/monitoring)
 # The Debian 12 packages the local stack runs (install.sh installs them unpinned).
 DEBIAN_IMAGES = {"postgres": "postgres:15", "mariadb": "mariadb:10.11", "redis": "redis:7.0"}
 CONNECT_TOPICS = {
@@ -249,7 +255,8 @@ def assert_same(
 
 def test_services_are_the_local_stack_components() -> None:
     names = set(compose().get("services") or {})
-    assert names == SERVICES, f"docker-compose.yml services {sorted(names)}, want {sorted(SERVICES)}"
+    want = SERVICES | MONITORING
+    assert names == want, f"docker-compose.yml services {sorted(names)}, want {sorted(want)}"
     assert set(load_stack().ORDER) == SERVICES, f"stack.py components {load_stack().ORDER} are not {sorted(SERVICES)}"
 
 
@@ -281,7 +288,7 @@ def test_each_service_publishes_its_stack_env_port_on_loopback() -> None:
 
 
 def test_nothing_mounted_from_outside_the_repo() -> None:
-    for name in SERVICES:
+    for name in SERVICES | MONITORING:
         for volume in service(name).get("volumes") or []:
             source = volume.get("source", "") if isinstance(volume, dict) else str(volume).split(":")[0]
             if source.startswith((".", "/", "~")):
@@ -291,7 +298,7 @@ def test_nothing_mounted_from_outside_the_repo() -> None:
 
 
 def test_every_service_has_a_healthcheck_and_connect_waits_for_kafka() -> None:
-    for name in SERVICES:
+    for name in SERVICES | MONITORING:
         check = service(name).get("healthcheck") or {}
         assert check.get("test") and not check.get("disable"), f"{name}: no healthcheck"
     depends = service("connect").get("depends_on") or {}
@@ -450,3 +457,87 @@ def test_elasticsearch_settings(local: LocalStack) -> None:
     assert actual == heap, f"elasticsearch: ES_JAVA_OPTS {sorted(actual)}, stack.env ES_HEAP gives {sorted(heap)}"
     target = the_published_port("elasticsearch").container_port
     assert target == int(env.get("http.port", 9200)), f"elasticsearch: publishes container port {target}, not HTTP's"
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+def mounts(name: str) -> dict[str, Path]:
+    """Container path -> repository path of a service's bind mounts."""
+    out = {}
+    for volume in service(name).get("volumes") or []:
+        source, target = str(volume).split(":")[:2]
+        if source.startswith("."):
+            out[target] = (REPO / source).resolve()
+    return out
+
+
+def listen_address(name: str) -> tuple[str, int]:
+    if name == "prometheus":
+        address = flags(command("prometheus")).get("web.listen-address") or ":9090"
+        host, _, port = address.rpartition(":")
+        return host, int(port)
+    env = environment("grafana")
+    return env.get("GF_SERVER_HTTP_ADDR", ""), int(env.get("GF_SERVER_HTTP_PORT", 3000))
+
+
+def daemon_metrics_address() -> tuple[str, int]:
+    """`cdcsync run`'s default --metrics-host and --metrics-port, from the command itself."""
+    from cdcsync.cli.run import run
+
+    defaults = {p.name: p.default for p in run.params}
+    return str(defaults["metrics_host"]), int(defaults["metrics_port"])
+
+
+def test_monitoring_shares_the_host_network_and_listens_on_loopback_only() -> None:
+    taken = {int(v) for k, v in stack_env().items() if k.endswith("_PORT") and v.isdigit()}
+    taken.add(daemon_metrics_address()[1])
+    seen = set()
+    for name in sorted(MONITORING):
+        spec = service(name)
+        image = str(spec.get("image", ""))
+        assert ":" in image and not image.endswith(":latest"), f"{name}: image {image!r} is not pinned to a version"
+        assert spec.get("network_mode") == "host", f"{name}: needs network_mode: host to reach the daemon's loopback"
+        assert not spec.get("ports"), f"{name}: host networking publishes nothing; drop `ports`"
+        host, port = listen_address(name)
+        assert host == "127.0.0.1", f"{name}: listens on {host or 'every address'!r}, not loopback"
+        assert port not in taken | seen, f"{name}: port {port} is taken by the stack, the daemon or the other service"
+        seen.add(port)
+
+
+def test_prometheus_runs_the_repository_config_and_rules_and_scrapes_the_daemon() -> None:
+    mounted = mounts("prometheus")
+    config_path = flags(command("prometheus")).get("config.file") or "/etc/prometheus/prometheus.yml"
+    assert mounted.get(config_path) == (REPO / "deploy/monitoring/prometheus.yml").resolve(), (
+        f"prometheus: --config.file {config_path} is not deploy/monitoring/prometheus.yml ({mounted})"
+    )
+    config = yaml.safe_load(mounted[config_path].read_text())
+    here = Path(config_path).parent
+    for rule_file in config.get("rule_files") or []:
+        inside = str(here / rule_file)
+        assert inside in mounted, f"prometheus: rule file {rule_file} ({inside}) is not mounted"
+        assert mounted[inside] == (mounted[config_path].parent / rule_file).resolve(), f"prometheus: {inside} wrong"
+    targets = [t for job in config["scrape_configs"] for sc in job.get("static_configs", []) for t in sc["targets"]]
+    want = "{}:{}".format(*daemon_metrics_address())
+    assert want in targets, f"prometheus.yml scrapes {targets}, not the daemon's default {want}"
+
+
+def test_grafana_is_provisioned_with_the_repository_dashboard_and_prometheus() -> None:
+    mounted = mounts("grafana")
+    provisioning = {target.rsplit("/", 1)[1]: path for target, path in mounted.items()
+                    if target.startswith("/etc/grafana/provisioning/")}  # fmt: skip
+    assert set(provisioning) == {"datasources", "dashboards"}, f"grafana: provisioning mounts {provisioning}"
+    datasources = [yaml.safe_load(f.read_text()) for f in provisioning["datasources"].glob("*.yml")]
+    urls = [d["url"] for doc in datasources for d in doc["datasources"] if d["type"] == "prometheus"]
+    assert urls == ["http://{}:{}".format(*listen_address("prometheus"))], f"grafana: Prometheus data source {urls}"
+    providers = [
+        p for f in provisioning["dashboards"].glob("*.yml") for p in yaml.safe_load(f.read_text())["providers"]
+    ]
+    for provider in providers:
+        folder = mounted.get(provider["options"]["path"])
+        assert folder is not None and any(folder.glob("*.json")), f"grafana: {provider['options']['path']} is empty"
+    home = environment("grafana").get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH", "")
+    base, _, file = home.rpartition("/")
+    assert base in mounted and (mounted[base] / file).exists(), f"grafana: home dashboard {home!r} is not mounted"
+    depends = service("grafana").get("depends_on") or {}
+    assert (depends.get("prometheus") or {}).get("condition") == "service_healthy", "grafana: wait for prometheus"
