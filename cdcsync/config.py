@@ -15,10 +15,33 @@ Shape (see ``cdcsync.yaml`` at the repository root for a working example)::
         tables: [public.customers]  # schema.table (postgres) or database.table
 
 Connection settings are overridden by environment variables, which win over the
-file: ``CDCSYNC_KAFKA_BOOTSTRAP_SERVERS``, ``CDCSYNC_CONNECT_URL`` and
-``CDCSYNC_SOURCE_<NAME>_{HOST,PORT,DATABASE,USER,PASSWORD}``. Nothing is read at
-import time. Every problem is reported with its field path, where the value
-came from and what would be valid (``ConfigError``).
+file (``<NAME>`` is the source's or follower's name in upper case):
+
+=============================================  ====================================================
+variable                                       sets
+=============================================  ====================================================
+``CDCSYNC_KAFKA_BOOTSTRAP_SERVERS``            ``kafka.bootstrap_servers``
+``CDCSYNC_KAFKA_PROPERTY_<KEY>``               ``kafka.properties`` (``_`` for ``.``:
+                                               ``..._SASL_PASSWORD`` sets ``sasl.password``)
+``CDCSYNC_KAFKA_JAVA_PROPERTY_<KEY>``          ``kafka.java_properties``, the same way
+``CDCSYNC_CONNECT_URL``                        ``connect.url``
+``CDCSYNC_CONNECT_SECRETS_DIR``                ``connect.secrets_dir``
+``CDCSYNC_SOURCE_<NAME>_<FIELD>``              ``HOST``, ``PORT``, ``DATABASE``, ``USER``, ``PASSWORD``
+``CDCSYNC_FOLLOWER_<NAME>_<FIELD>``            ``URL``, ``USERNAME``, ``PASSWORD``, ``API_KEY``, ``TLS_CA``
+=============================================  ====================================================
+
+Secrets (docs/secrets.md): source passwords, follower passwords and API keys,
+credentials written inside a follower URL (moved out of it into ``username``/
+``password`` when the config is read, so ``url`` never holds them) and every
+``debezium:``, ``kafka.properties`` or ``kafka.java_properties`` key that looks
+secret (``SECRET_KEY``). ``Config.redacted()`` masks all of them; it is what is
+printed, logged and shipped to Spark tasks (``sync.executors``). Kafka Connect
+gets the connector's secrets through its ``FileConfigProvider``
+(``connectors.render``), never in the connector config.
+
+Nothing is read at import time. Every problem is reported with its field path,
+where the value came from and what would be valid (``ConfigError``), never with
+a secret's value.
 """
 
 from __future__ import annotations
@@ -28,6 +51,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -37,7 +61,13 @@ from cdcsync.errors import ConfigError
 ENV_PREFIX = "CDCSYNC_"
 DEFAULT_CONFIG = "cdcsync.yaml"
 SOURCE_ENV_FIELDS = ("host", "port", "database", "user", "password")
+FOLLOWER_ENV_FIELDS = ("url", "username", "password", "api_key", "tls_ca")
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
+# A property whose name says it holds a credential: masked wherever it is shown, sent to Connect by reference.
+SECRET_KEY = re.compile(r"password|passwd|secret|token|api[._-]?key|credential|jaas|user\.info|private", re.IGNORECASE)
+MASK = "**********"  # what SecretStr shows
+PROPERTY_KEY = r"^[a-z][a-z0-9._-]*$"
+URL_USERINFO = re.compile(r"(\w+://)([^/@\s:]*):[^/@\s]*@")
 
 
 class _Strict(BaseModel):
@@ -47,11 +77,41 @@ class _Strict(BaseModel):
 class KafkaSettings(_Strict):
     bootstrap_servers: str = "127.0.0.1:19092"
     topic_replication_factor: int = Field(1, ge=1)
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="librdkafka properties for cdcsync's own clients (security.protocol, sasl.*, ssl.*)",
+    )
+    java_properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Java client properties: Spark's Kafka source (as kafka.<key>) and Debezium's schema history",
+    )
+
+    @field_validator("properties", "java_properties")
+    @classmethod
+    def _property_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.fullmatch(PROPERTY_KEY, key):
+                raise ValueError(f"{key!r} is not a Kafka client property name (lower case, dotted)")
+            if key == "bootstrap.servers":
+                raise ValueError("set bootstrap.servers as kafka.bootstrap_servers")
+        return value
+
+    def client_config(self) -> dict[str, str]:
+        """The settings of a confluent-kafka client: bootstrap servers plus ``properties``."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.properties}
 
 
 class ConnectSettings(_Strict):
     url: str = "http://127.0.0.1:18083"
     timeout_s: float = Field(15.0, gt=0)
+    secrets_dir: str | None = Field(
+        None,
+        description="where `connectors apply` writes each connector's secrets for Connect's FileConfigProvider "
+        "(default <state_dir>/connect-secrets); a directory the Connect worker's user owns",
+    )
+    secrets_dir_in_connect: str | None = Field(
+        None, description="the same directory as the Connect worker sees it (a container mount); default secrets_dir"
+    )
 
 
 class TableRef(_Strict):
@@ -165,6 +225,10 @@ class FollowerConfig(_Strict):
     history: bool = False
     tables: list[str] | None = Field(None, description="source.namespace.table to follow (default: all)")
     mappings: dict[str, TableMappingConfig] = Field(default_factory=dict, description="by namespace.table")
+    username: str | None = Field(None, description="elasticsearch basic auth / redis ACL user")
+    password: SecretStr | None = Field(None, description="elasticsearch basic auth / redis password")
+    api_key: SecretStr | None = Field(None, description="elasticsearch API key (the encoded form, or id:key)")
+    tls_ca: str | None = Field(None, description="CA bundle (PEM file) that signs the https:// or rediss:// server")
     checkpoint_dir: str | None = None
     dead_letter_topic: str | None = None
     max_offsets_per_trigger: int = Field(20000, ge=1)
@@ -176,10 +240,57 @@ class FollowerConfig(_Strict):
     )
     trigger_interval_s: float = Field(1.0, ge=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_out_of_url(cls, value: Any) -> Any:
+        """Move ``user:password@`` out of the URL into ``username``/``password``: ``url`` never holds a secret."""
+        if not isinstance(value, dict) or not isinstance(value.get("url"), str):
+            return value
+        parts = urlsplit(value["url"])
+        if "password" in parse_qs(parts.query):
+            raise ValueError("url: put the password in password (or CDCSYNC_FOLLOWER_<NAME>_PASSWORD), not the query")
+        if "@" not in parts.netloc:
+            return value
+        userinfo, _, host = parts.netloc.rpartition("@")
+        user, has_password, password = userinfo.partition(":")
+        moved = {"url": urlunsplit(parts._replace(netloc=host))}
+        if user:
+            moved["username"] = unquote(user)
+        if has_password:
+            moved["password"] = unquote(password)
+        both = sorted(k for k in moved if k != "url" and value.get(k) is not None)
+        if both:
+            raise ValueError(f"url: its {' and '.join(both)} is also set on its own; keep one")
+        return {**value, **moved}
+
     @model_validator(mode="after")
     def _needs_location(self) -> FollowerConfig:
         if self.kind in ("elasticsearch", "redis") and not self.url:
             raise ValueError(f"follower {self.name}: kind {self.kind} needs url")
+        if self.kind == "delta":
+            given = [k for k in ("url", "username", "password", "api_key", "tls_ca") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"follower {self.name}: kind delta takes no {', '.join(given)}")
+            return self
+        parts = urlsplit(self.url or "")
+        schemes = {"elasticsearch": ("http", "https"), "redis": ("redis", "rediss", "unix")}[self.kind]
+        if parts.scheme not in schemes:
+            raise ValueError(f"url: scheme {parts.scheme or 'none'!r}; kind {self.kind} takes {', '.join(schemes)}")
+        try:
+            parts.port  # noqa: B018  (parses the port, raising on a bad one)
+        except ValueError:
+            raise ValueError("url: its port is not a number from 1 to 65535") from None
+        if self.kind == "redis" and self.api_key is not None:
+            raise ValueError("api_key: only an elasticsearch follower takes an API key; redis uses username/password")
+        if self.kind == "elasticsearch" and (self.username is None) != (self.password is None):
+            raise ValueError("username and password: elasticsearch basic auth takes both")
+        if self.kind == "elasticsearch" and self.api_key is not None and self.password is not None:
+            raise ValueError("api_key: set an API key or basic auth (username/password), not both")
+        if self.tls_ca is not None:
+            if parts.scheme not in ("https", "rediss"):
+                raise ValueError(f"tls_ca: the url's scheme is {parts.scheme}; TLS needs https:// or rediss://")
+            if not Path(self.tls_ca).is_file():
+                raise ValueError(f"tls_ca: no file {self.tls_ca}")
         return self
 
     @property
@@ -232,17 +343,85 @@ class Config(_Strict):
                 return source
         raise ConfigError([f"sources: no source named {name!r}; configured: {', '.join(s.name for s in self.sources)}"])
 
+    def secrets(self) -> dict[tuple[str | int, ...], str]:
+        """Every secret of the config by its path in ``model_dump``: what ``redacted`` masks."""
+        found: dict[tuple[str | int, ...], str] = {}
+        for section, props in (("properties", self.kafka.properties), ("java_properties", self.kafka.java_properties)):
+            found.update({("kafka", section, k): v for k, v in props.items() if SECRET_KEY.search(k)})
+        for i, source in enumerate(self.sources):
+            found["sources", i, "password"] = source.password.get_secret_value()
+            found.update({("sources", i, "debezium", k): v for k, v in source.debezium.items() if SECRET_KEY.search(k)})
+        for i, follower in enumerate(self.followers):
+            for key in ("password", "api_key"):
+                secret = getattr(follower, key)
+                if secret is not None:
+                    found["followers", i, key] = secret.get_secret_value()
+        return found
+
     def redacted(self) -> dict[str, Any]:
-        """The effective config as plain data, secrets masked: safe to print."""
-        return self.model_dump(mode="json")  # SecretStr dumps as '**********'
+        """The effective config as plain data, every secret masked: safe to print, log and ship to Spark tasks."""
+        data = self.model_dump(mode="json")  # SecretStr dumps as '**********'
+        for path in self.secrets():
+            _put(data, path, MASK)
+        return data
+
+    @classmethod
+    def with_secrets(cls, redacted: dict[str, Any], secrets: Mapping[tuple[str | int, ...], str]) -> Config:
+        """The config ``redacted()`` came from, given its ``secrets()`` back (a Spark task rebuilding it)."""
+        data = json_copy(redacted)
+        for path, value in secrets.items():
+            _put(data, path, value)
+        return cls.model_validate(data)
+
+
+def json_copy(data: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    copied: dict[str, Any] = json.loads(json.dumps(data))
+    return copied
+
+
+def _put(data: Any, path: tuple[str | int, ...], value: str) -> None:
+    for part in path[:-1]:
+        data = data[part]
+    data[path[-1]] = value
+
+
+def mask_text(text: str) -> str:
+    """``text`` with the credentials of any URL in it masked: for messages that may quote a URL."""
+    return URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@", text)
+
+
+def _masked(value: Any) -> Any:
+    """A config value as shown in an error: secret-looking keys masked, URL credentials masked."""
+    if isinstance(value, dict):
+        return {k: (MASK if isinstance(k, str) and SECRET_KEY.search(k) else _masked(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return mask_text(value) if isinstance(value, str) else value
 
 
 def _apply_env(raw: dict[str, Any], env: Mapping[str, str], origin: dict[str, str]) -> None:
-    for section, key in (("kafka", "bootstrap_servers"), ("connect", "url")):
+    for section, key in (("kafka", "bootstrap_servers"), ("connect", "url"), ("connect", "secrets_dir")):
         var = f"{ENV_PREFIX}{section.upper()}_{key.upper()}"
         if var in env:
             raw.setdefault(section, {})[key] = env[var]
             origin[f"{section}.{key}"] = f"environment variable {var}"
+    for key, prefix in (("properties", "KAFKA_PROPERTY_"), ("java_properties", "KAFKA_JAVA_PROPERTY_")):
+        for var in sorted(v for v in env if v.startswith(ENV_PREFIX + prefix)):
+            prop = var[len(ENV_PREFIX + prefix) :].lower().replace("_", ".")
+            kafka = raw.setdefault("kafka", {})
+            if isinstance(kafka, dict):
+                kafka.setdefault(key, {})[prop] = env[var]
+                origin[f"kafka.{key}.{prop}"] = f"environment variable {var}"
+    for index, follower in enumerate(raw.get("followers") or []):
+        if not isinstance(follower, dict) or not isinstance(follower.get("name"), str):
+            continue
+        for key in FOLLOWER_ENV_FIELDS:
+            var = f"{ENV_PREFIX}FOLLOWER_{follower['name'].upper()}_{key.upper()}"
+            if var in env:
+                follower[key] = env[var]
+                origin[f"followers[{index}].{key}"] = f"environment variable {var}"
     for index, source in enumerate(raw.get("sources") or []):
         if not isinstance(source, dict) or not isinstance(source.get("name"), str):
             continue
@@ -286,6 +465,8 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
         for e in err.errors():
             where = _path(e["loc"])
             source = origin.get(where, f"{file}")
-            value = "" if e["type"] == "missing" or "password" in where else f" (got {_short(e['input'])})"
-            problems.append(f"{where}: {e['msg']}{value} [from {source}]")
+            # A misspelt key may hold anything, a password included: its value is not shown either.
+            hidden = e["type"] in ("missing", "extra_forbidden") or SECRET_KEY.search(where)
+            value = "" if hidden else f" (got {_short(_masked(e['input']))})"
+            problems.append(f"{where}: {mask_text(e['msg'])}{value} [from {source}]")
         raise ConfigError(problems) from None

@@ -22,15 +22,30 @@ Why this is still effectively once, in order:
 
 A Python worker keeps its follower (sink client, dead-letter producer) between
 batches: Spark reuses workers (``spark.python.worker.reuse``).
+
+Secrets are not shipped (docs/secrets.md). A task receives the config as
+``Config.redacted()`` (every password, API key and secret-looking property
+masked) and the path of a file the driver wrote, mode 0600 under the state
+directory, holding this follower's secrets; the worker puts them back.
+Locally the workers are the driver's user on the driver's machine and read
+it. On a cluster that path must be on storage every executor sees (readable
+only by the user Spark runs as), or, when it is absent, the worker takes the
+secrets from its own environment: ``CDCSYNC_FOLLOWER_<NAME>_PASSWORD``,
+``..._API_KEY`` and ``CDCSYNC_KAFKA_PROPERTY_<KEY>`` (set on each worker
+node, e.g. in ``conf/spark-env.sh``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from cdcsync.config import Config
+from cdcsync.config import ENV_PREFIX, MASK, Config
+from cdcsync.errors import FatalError
 from cdcsync.sync.follower import BatchCounts, Follower, arrow_records
 from cdcsync.sync.mapping import TableMapping
 
@@ -40,13 +55,13 @@ if TYPE_CHECKING:
 
 KINDS = ("elasticsearch", "redis")  # sinks whose apply rule does not depend on the order of writes
 
-_followers: dict[tuple[str, str], Follower] = {}  # per worker process: (config, follower) -> follower
+_followers: dict[tuple[str, str, int], Follower] = {}  # per worker: (config, follower, secrets) -> follower
 KEEP = 8  # followers a worker keeps; a daemon has a few, each test its own
 
 
 def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function that applies each batch on the executors."""
-    config_json = config.model_dump_json()
+    config_json = shipped_config(config, follower.name)
     # The config's JSON masks the source passwords; the snapshot-row lookup (MariaDB binlog positions) needs
     # them, so it travels as the driver built it.
     name, mappings, binlog_seq = follower.name, follower.mappings, follower.binlog_seq
@@ -73,17 +88,71 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
 
 def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMapping]) -> Follower:
     """This worker's follower: built on its first batch, reused after (connections, producer)."""
-    follower = _followers.get((config_json, name))
+    shipped = json.loads(config_json)
+    secrets = _worker_secrets(shipped, name)
+    key = (config_json, name, hash(tuple(secrets)))  # a rotated secret builds a new follower
+    follower = _followers.get(key)
     if follower is None:
         from cdcsync.sync.stream import build_follower
 
-        config = Config.model_validate_json(config_json)
+        config = Config.with_secrets(shipped["config"], dict(secrets))
         cfg = next(f for f in config.followers if f.name == name)
         # The driver opened the sink (indexes, aliases, scripts); a worker only writes to it.
         follower = build_follower(config, cfg, None, mappings=dict(mappings), open_sink=False)
         follower.report = False
-        _followers[(config_json, name)] = follower
+        _followers[key] = follower
         while len(_followers) > KEEP:  # a long-lived worker (tests, a restarted query) meets many configs
             oldest = next(iter(_followers))
             _followers.pop(oldest).sink.close()
     return follower
+
+
+def shipped_config(config: Config, name: str) -> str:
+    """What tasks receive: the redacted config and where follower ``name``'s secrets are (module docstring)."""
+    from cdcsync.sync.position import base_dir
+
+    index = next(i for i, f in enumerate(config.followers) if f.name == name)
+    mine = [[list(p), v] for p, v in config.secrets().items() if p[0] == "kafka" or p[:2] == ("followers", index)]
+    path = base_dir(config) / "secrets" / f"{name}.json"
+    if mine:
+        write_private(path, json.dumps(mine))
+    else:
+        path.unlink(missing_ok=True)
+    return json.dumps({"config": config.redacted(), "secrets_file": str(path), "secrets": bool(mine)})
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by this user only (0600, directory 0700), atomically."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(temp, path)
+
+
+def _worker_secrets(shipped: dict[str, Any], name: str) -> list[tuple[tuple[str | int, ...], str]]:
+    """This worker's secrets for follower ``name``: the driver's file, else this worker's environment."""
+    if not shipped["secrets"]:
+        return []
+    file = Path(shipped["secrets_file"])
+    if file.exists():
+        return [(tuple(path), value) for path, value in json.loads(file.read_text())]
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    config = shipped["config"]
+    index = next(i for i, f in enumerate(config["followers"]) if f["name"] == name)
+    for key in ("password", "api_key"):
+        var = f"{ENV_PREFIX}FOLLOWER_{name.upper()}_{key.upper()}"
+        if config["followers"][index].get(key) == MASK:
+            if var not in os.environ:
+                raise FatalError(
+                    f"follower {name}: this Spark worker cannot read {file} and {var} is not set in its environment; "
+                    "put the file on storage every executor sees or set the variable on each worker (docs/secrets.md)"
+                )
+            found.append((("followers", index, key), os.environ[var]))
+    for section, prefix in (("properties", "KAFKA_PROPERTY_"), ("java_properties", "KAFKA_JAVA_PROPERTY_")):
+        for prop, value in config["kafka"][section].items():
+            var = ENV_PREFIX + prefix + prop.upper().replace(".", "_")
+            if value == MASK and var in os.environ:
+                found.append((("kafka", section, prop), os.environ[var]))
+    return found

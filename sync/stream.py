@@ -18,7 +18,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -49,7 +49,7 @@ def starting_offsets(config: Config, cfg: FollowerConfig, topics: list[str]) -> 
     if not path.exists():
         return "earliest"
     recorded = json.loads(path.read_text())["offsets"]
-    metadata = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers}).list_topics(timeout=30).topics
+    metadata = AdminClient(config.kafka.client_config()).list_topics(timeout=30).topics
     offsets: dict[str, dict[str, int]] = {}
     for topic in topics:
         partitions = metadata[topic].partitions if topic in metadata else {0: None}
@@ -57,15 +57,29 @@ def starting_offsets(config: Config, cfg: FollowerConfig, topics: list[str]) -> 
     return json.dumps(offsets)
 
 
+def sink_client_options(follower: FollowerConfig) -> dict[str, Any]:
+    """The follower's credentials and CA as its sink's client options (``None``: not set); never in the URL."""
+    password = follower.password.get_secret_value() if follower.password else None
+    if follower.kind == "elasticsearch":
+        return {
+            "basic_auth": (follower.username, password) if follower.username and password is not None else None,
+            "api_key": follower.api_key.get_secret_value() if follower.api_key else None,
+            "ca_certs": follower.tls_ca,
+        }
+    return {"username": follower.username, "password": password, "ssl_ca_certs": follower.tls_ca}
+
+
 def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Sink:
     if follower.kind == "elasticsearch":
         from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 
-        return ElasticsearchSink(follower.name, follower.url or "", index_prefix=follower.prefix)
+        return ElasticsearchSink(
+            follower.name, follower.url or "", index_prefix=follower.prefix, **sink_client_options(follower)
+        )
     if follower.kind == "redis":
         from cdcsync.sync.sinks.redis import RedisSink
 
-        return RedisSink(follower.name, follower.url or "", prefix=follower.prefix)
+        return RedisSink(follower.name, follower.url or "", prefix=follower.prefix, **sink_client_options(follower))
     if spark is None:
         raise FatalError(f"follower {follower.name}: the delta sink needs a Spark session")
     from cdcsync.sync.sinks.delta import DeltaSink
@@ -75,7 +89,7 @@ def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | N
 
 
 def ensure_dead_letter_topic(config: Config, follower: FollowerConfig) -> None:
-    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
+    admin = AdminClient(config.kafka.client_config())
     if follower.dlq_topic in admin.list_topics(timeout=15).topics:
         return
     futures = admin.create_topics(
@@ -143,6 +157,8 @@ def start_query(
         .option("startingOffsets", starting_offsets(config, cfg, sorted(follower.mappings)))
         .option("failOnDataLoss", "false")
         .option("maxOffsetsPerTrigger", per_batch)
+        # SASL/SSL for Spark's Kafka consumer: its options prefixed kafka. (values never logged)
+        .options(**{f"kafka.{k}": v for k, v in config.kafka.java_properties.items()})
     )
     if cfg.kind in executors.KINDS:
         # Split each Kafka partition's slice of a batch so every core gets a task (see sync.executors).

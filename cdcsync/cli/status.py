@@ -206,7 +206,10 @@ def _probe(config: Any, cfg: Any) -> tuple[bool, str]:
     if cfg.kind == "elasticsearch":
         from elasticsearch import Elasticsearch
 
-        es = Elasticsearch(cfg.url, request_timeout=TIMEOUT_S, max_retries=0)
+        from cdcsync.sync.stream import sink_client_options
+
+        auth = {k: v for k, v in sink_client_options(cfg).items() if v is not None}
+        es = Elasticsearch(cfg.url, request_timeout=TIMEOUT_S, max_retries=0, **auth)
         try:  # cluster health, not ping: the local stack's distribution has no GET / (ARCHITECTURE §6)
             colour = es.cluster.health(timeout=f"{int(TIMEOUT_S)}s")["status"]
         finally:
@@ -215,7 +218,10 @@ def _probe(config: Any, cfg: Any) -> tuple[bool, str]:
     if cfg.kind == "redis":
         import redis
 
-        client = redis.Redis.from_url(cfg.url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
+        from cdcsync.sync.stream import sink_client_options
+
+        auth = {k: v for k, v in sink_client_options(cfg).items() if v is not None}
+        client = redis.Redis.from_url(cfg.url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S, **auth)
         try:
             client.ping()
         finally:

@@ -131,14 +131,30 @@ class ElasticsearchSink:
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
 
     def __init__(
-        self, name: str, url: str, index_prefix: str = "", *, index_settings: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        url: str,
+        index_prefix: str = "",
+        *,
+        index_settings: Mapping[str, Any] | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        api_key: str | None = None,
+        ca_certs: str | None = None,
     ) -> None:
         self.name = name
         self.url = redact_url(url)
         self.index_prefix = index_prefix
         self.index_settings = dict(index_settings or {})
+        # Credentials go in headers, never in the URL the client names in its errors; unset ones are not passed.
+        auth: dict[str, Any] = {"basic_auth": basic_auth, "api_key": api_key, "ca_certs": ca_certs}
         # The client retries a timed-out bulk itself: safe, every action is idempotent.
-        self._client = Elasticsearch(url, request_timeout=60, max_retries=2, retry_on_timeout=True)
+        self._client = Elasticsearch(
+            url,
+            request_timeout=60,
+            max_retries=2,
+            retry_on_timeout=True,
+            **{k: v for k, v in auth.items() if v is not None},
+        )
         self._staged: dict[str, str] = {}  # target -> staged physical index, until publish
 
     def alias(self, target: str) -> str:

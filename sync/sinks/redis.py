@@ -155,13 +155,31 @@ class RedisSink:
 
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
 
-    def __init__(self, name: str, url: str, prefix: str = "cdc") -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        prefix: str = "cdc",
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        ssl_ca_certs: str | None = None,
+    ) -> None:
         self.name = name
         self.url = redact_url(url)
         self.prefix = prefix
         self._space = prefix  # where write() and held() go: the prefix, or the staged generation's
         self._staged: list[str] = []  # targets staged, until publish
-        self._client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30, socket_connect_timeout=10)
+        # ACL user, password and CA as options, not in the URL; unset ones are not passed (a plain redis://
+        # connection takes no ssl_* option).
+        auth = {"username": username, "password": password, "ssl_ca_certs": ssl_ca_certs}
+        self._client = redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=30,
+            socket_connect_timeout=10,
+            **{k: v for k, v in auth.items() if v is not None},
+        )
 
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Check the target names and load the apply script (nothing else to create)."""
