@@ -4,17 +4,29 @@ Order: render every connector, let Connect validate every config, run the
 pre-flight checks, pre-create topics, and only then PUT each config. A failure
 in any step before the PUTs registers nothing. A PUT of an unchanged config is
 skipped, so applying twice changes nothing and says so.
+
+Secrets (``connectors.render``): each source's secrets go to a ``.pending``
+file (mode 0600) that the configs Connect validates refer to; only after
+every validation passed does it replace the source's secrets file, just
+before that source's PUT. A running connector therefore never reads a secret
+that failed validation. The configs compared are the rendered ones, references
+included; a changed secret (same reference, new file content) counts as a
+change of its key: the config is PUT again and the connector and its tasks
+restarted, so they resolve the new value.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors.client import ConnectClient
+from cdcsync.connectors.offsets import create
 from cdcsync.connectors.preflight import run_preflight
-from cdcsync.connectors.render import redact, render
+from cdcsync.connectors.render import properties_text, redact, render, secret_properties, secrets_file
 from cdcsync.connectors.topics import ensure_topics, topic_specs
 from cdcsync.errors import ConfigError, PreflightError
 
@@ -44,34 +56,87 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
     if not sources:
         raise ConfigError(["sources: nothing to apply; declare at least one source"])
     rendered = {s.name: render(s, config) for s in sources}
+    secrets = {s.name: secret_properties(s, config) for s in sources}
 
     problems = run_preflight(config, client, sources)
     if problems:
         raise PreflightError(problems)
     invalid = []
-    for name, cfg in rendered.items():
-        for key, errors in client.validate(cfg["connector.class"], {**cfg, "name": name}).items():
-            invalid.append(f"connector {name}: {key}: {'; '.join(errors)}")
+    try:
+        for source in sources:
+            if secrets[source.name]:
+                write_private(secrets_file(source, config, pending=True), properties_text(secrets[source.name]))
+            pending = render(source, config, pending=True)
+            for key, errors in client.validate(pending["connector.class"], {**pending, "name": source.name}).items():
+                invalid.append(f"connector {source.name}: {key}: {'; '.join(errors)}")
+    except BaseException:
+        for source in sources:
+            secrets_file(source, config, pending=True).unlink(missing_ok=True)
+        raise
     if invalid:
+        for source in sources:
+            secrets_file(source, config, pending=True).unlink(missing_ok=True)
         raise ConfigError(invalid)
 
     results = []
     for source in sources:
         topics = ensure_topics(config, topic_specs(source))
         desired = rendered[source.name]
+        file, pending = secrets_file(source, config), secrets_file(source, config, pending=True)
+        rotated = _changed_secrets(file, secrets[source.name])
+        if secrets[source.name]:
+            os.replace(pending, file)
         current = client.get_config(source.name)
         if current is None:
-            client.put_config(source.name, desired)
-            results.append(ApplyResult(source.name, "created", sorted(desired), topics))
+            action = create(client, source, desired)  # never on a deleted connector's offsets (connectors.offsets)
+            results.append(ApplyResult(source.name, action, sorted(desired), topics))
             continue
         current = {k: v for k, v in current.items() if k != "name"}
-        changed = sorted(k for k in set(desired) | set(current) if desired.get(k) != current.get(k))
+        changed = sorted({k for k in set(desired) | set(current) if desired.get(k) != current.get(k)} | rotated)
         if changed:
             client.put_config(source.name, desired)
+            if rotated:  # the references did not change, so the tasks would keep the secret they resolved
+                client.restart_all(source.name)
             results.append(ApplyResult(source.name, "updated", changed, topics))
         else:
             results.append(ApplyResult(source.name, "unchanged", [], topics))
     return results
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a secrets file readable by its owner only (0600), atomically, for Connect's FileConfigProvider.
+
+    The directory is created 0700 when missing. Run as root (the local stack),
+    the file goes to the directory's owner: the user the Connect worker runs as
+    owns the secrets directory (deploy/local/stack.py creates it so).
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        owner = path.parent.stat()
+        if os.geteuid() == 0 and owner.st_uid != 0:
+            os.chown(temp, owner.st_uid, owner.st_gid)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _changed_secrets(file: Path, wanted: dict[str, str]) -> set[str]:
+    """Keys whose secret differs from what ``file`` holds now (names only, never values)."""
+    if not wanted:
+        return set()
+    try:
+        held = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return set(wanted)
+    if held == properties_text(wanted):
+        return set()
+    lines = set(held.splitlines())
+    return {k for k, v in wanted.items() if properties_text({k: v}).rstrip("\n") not in lines}
 
 
 def status(config: Config, names: list[str] | None = None, client: ConnectClient | None = None) -> list[dict[str, Any]]:

@@ -4,6 +4,16 @@ The defaults per kind are data in ``templates/<kind>.json``; ``${field}``
 placeholders are filled from the source, and the source's ``debezium:`` map
 overrides any key last. The result is plain ``str -> str``, the shape Connect
 stores, so a re-apply can be compared key by key.
+
+Secrets never travel in the connector config, which Connect stores in its
+config topic and serves at ``GET /connectors/<name>/config``. Every key that
+looks secret (``cdcsync.config.SECRET_KEY``: ``database.password``, a
+``debezium:`` ``...password``, a ``sasl.jaas.config``) is rendered as
+``${file:<secrets_dir_in_connect>/<source>.properties:<key>}``, a reference
+Kafka's ``FileConfigProvider`` resolves inside the worker when the connector
+starts and when Connect validates it. ``secret_properties`` is that file's
+content, written by ``connectors.apply`` (mode 0600). A value that already is
+a reference (``${vault:...}``, ``${env:...}``) is left as the user wrote it.
 """
 
 from __future__ import annotations
@@ -12,15 +22,17 @@ import json
 import re
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from string import Template
 
-from cdcsync.config import Config, SourceConfig
+from cdcsync.config import SECRET_KEY, Config, SourceConfig
 
 CONNECTOR_CLASSES = {
     "postgres": "io.debezium.connector.postgresql.PostgresConnector",
     "mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
 }
-SECRET_KEYS = re.compile(r"password|secret|token", re.IGNORECASE)
+SECRET_KEYS = SECRET_KEY
+PROVIDER_REFERENCE = re.compile(r"^\$\{[a-z0-9_-]+:.*\}$", re.IGNORECASE)
 
 
 @cache
@@ -30,7 +42,65 @@ def template(kind: str) -> dict[str, str]:
     return {k: v for k, v in raw.items() if not k.startswith("_")}
 
 
-def render(source: SourceConfig, config: Config) -> dict[str, str]:
+def secrets_dir(config: Config) -> Path:
+    """Where cdcsync writes the connectors' secret files (``connect.secrets_dir``)."""
+    if config.connect.secrets_dir:
+        return Path(config.connect.secrets_dir)
+    from cdcsync.spark import state_dir
+
+    return (Path(config.state_dir) if config.state_dir else state_dir()) / "connect-secrets"
+
+
+def secrets_file(source: SourceConfig, config: Config, pending: bool = False) -> Path:
+    """The source's secrets file as cdcsync writes it; ``pending`` is the copy validated before it replaces it."""
+    return secrets_dir(config) / f"{source.name}.properties{'.pending' if pending else ''}"
+
+
+def secrets_file_in_connect(source: SourceConfig, config: Config, pending: bool = False) -> str:
+    """The same file as the Connect worker sees it: the path in the ``${file:...}`` references."""
+    inside = config.connect.secrets_dir_in_connect
+    path = (
+        Path(inside) / secrets_file(source, config, pending).name if inside else secrets_file(source, config, pending)
+    )
+    return str(path)
+
+
+def is_secret(key: str, value: str) -> bool:
+    return bool(SECRET_KEY.search(key)) and bool(value) and not PROVIDER_REFERENCE.match(value)
+
+
+def render(source: SourceConfig, config: Config, pending: bool = False) -> dict[str, str]:
+    """The connector config Connect receives: every secret a ``${file:...}`` reference (module docstring)."""
+    ref = secrets_file_in_connect(source, config, pending)
+    return {k: (f"${{file:{ref}:{k}}}" if is_secret(k, v) else v) for k, v in _render_clear(source, config).items()}
+
+
+def secret_properties(source: SourceConfig, config: Config) -> dict[str, str]:
+    """The secrets ``render`` refers to, by connector key: the content of the source's secrets file."""
+    return {k: v for k, v in _render_clear(source, config).items() if is_secret(k, v)}
+
+
+def properties_text(values: dict[str, str]) -> str:
+    """``values`` in Java ``.properties`` syntax, escaped so ``Properties.load`` reads back exactly them."""
+    return "".join(f"{_escape(k, key=True)}={_escape(v)}\n" for k, v in sorted(values.items()))
+
+
+def _escape(text: str, key: bool = False) -> str:
+    out = []
+    for i, char in enumerate(text):
+        if char in "\\=:#!" or (char == " " and (key or i == 0)):
+            out.append("\\" + char)
+        elif char in "\n\r\t\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[char])
+        elif " " <= char <= "~":
+            out.append(char)
+        else:  # \uXXXX, as UTF-16 code units: whatever charset the reader assumes
+            data = char.encode("utf-16-be")
+            out.extend(f"\\u{data[j : j + 2].hex()}" for j in range(0, len(data), 2))
+    return "".join(out)
+
+
+def _render_clear(source: SourceConfig, config: Config) -> dict[str, str]:
     values = {
         "name": source.name,
         "host": source.host,
@@ -51,6 +121,10 @@ def render(source: SourceConfig, config: Config) -> dict[str, str]:
     }
     rendered = {k: Template(v).substitute(values) for k, v in template(source.kind).items()}
     rendered["connector.class"] = CONNECTOR_CLASSES[source.kind]
+    if "schema.history.internal.kafka.bootstrap.servers" in rendered:  # its own producer and consumer (SASL/SSL)
+        for key, value in config.kafka.java_properties.items():
+            rendered[f"schema.history.internal.producer.{key}"] = value
+            rendered[f"schema.history.internal.consumer.{key}"] = value
     rendered.update(source.debezium)
     return rendered
 

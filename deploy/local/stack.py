@@ -412,7 +412,15 @@ def kafka_start() -> None:
     spawn("kafka", java_cmd("kafka", ENV["KAFKA_HEAP"], "kafka.Kafka", str(conf)))
 
 
+def connect_secrets_dir() -> Path:
+    """Where cdcsync writes connector secrets (its default connect.secrets_dir): the Connect user's, 0700."""
+    return STATE / "connect-secrets"
+
+
 def connect_start() -> None:
+    secrets = connect_secrets_dir()
+    own(secrets)
+    secrets.chmod(0o700)
     conf = CONF / "connect.properties"
     conf.write_text(
         f"bootstrap.servers=127.0.0.1:{ENV['KAFKA_PORT']}\ngroup.id=cdcsync-connect\n"
@@ -428,6 +436,11 @@ def connect_start() -> None:
         "scheduled.rebalance.max.delay.ms=0\n"
         f"listeners=http://127.0.0.1:{ENV['CONNECT_PORT']}\nrest.advertised.host.name=127.0.0.1\n"
         f"plugin.path={STATE / 'plugins'}\ntopic.creation.enable=true\n"
+        # Connector secrets are ${file:...} references resolved here, never stored in the connector config
+        # (docs/secrets.md); the provider reads only the directory `cdcsync connectors apply` writes them to.
+        "config.providers=file\n"
+        "config.providers.file.class=org.apache.kafka.common.config.provider.FileConfigProvider\n"
+        f"config.providers.file.param.allowed.paths={connect_secrets_dir()}\n"
     )
     spawn("connect", java_cmd("connect", ENV["CONNECT_HEAP"], "org.apache.kafka.connect.cli.ConnectDistributed", str(conf)))
 

@@ -429,9 +429,14 @@ def test_connect_settings(local: LocalStack) -> None:
     for side in ("KEY", "VALUE"):
         assert env.get(f"{side}_CONVERTER") == JSON_CONVERTER, f"connect: {side}_CONVERTER is not the JSON converter"
         assert env.get(f"CONNECT_{side}_CONVERTER_SCHEMAS_ENABLE") == "false", f"connect: {side} converter schemas on"
-    own_network = ("bootstrap.servers", "listeners", "rest.advertised.host.name", "plugin.path")
+    secrets = "config.providers.file.param.allowed.paths"  # the container's own path: checked below
+    own_network = ("bootstrap.servers", "listeners", "rest.advertised.host.name", "plugin.path", secrets)
     expected = {connect_env_name(k): v for k, v in props.items() if k not in own_network}
     assert_same(expected, env, "connect environment", [*map(connect_env_name, own_network), "HEAP_OPTS"])
+    if secrets in props:
+        allowed = env.get(connect_env_name(secrets))
+        mounts = [str(v).split(":")[1] for v in service("connect").get("volumes") or [] if ":" in str(v)]
+        assert allowed in mounts, f"connect: {connect_env_name(secrets)}={allowed!r} is not a mounted directory"
     assert "CONNECT_OFFSET_FLUSH_INTERVAL_MS" not in env, (
         "connect: the image's entrypoint overwrites CONNECT_OFFSET_FLUSH_INTERVAL_MS; set OFFSET_FLUSH_INTERVAL_MS"
     )
