@@ -26,7 +26,8 @@ batches: Spark reuses workers (``spark.python.worker.reuse``).
 Secrets are not shipped (docs/secrets.md). A task receives the config as
 ``Config.redacted()`` (every password, API key and secret-looking property
 masked) and the path of a file the driver wrote, mode 0600 under the state
-directory, holding this follower's secrets; the worker puts them back.
+directory, holding this follower's secrets (and the MariaDB sources'
+passwords its snapshot-row lookup needs); the worker puts them back.
 Locally the workers are the driver's user on the driver's machine and read
 it. On a cluster that path must be on storage every executor sees (readable
 only by the user Spark runs as), or, when it is absent, the worker takes the
@@ -62,9 +63,9 @@ KEEP = 8  # followers a worker keeps; a daemon has a few, each test its own
 def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function that applies each batch on the executors."""
     config_json = shipped_config(config, follower.name)
-    # The config's JSON masks the source passwords; the snapshot-row lookup (MariaDB binlog positions) needs
-    # them, so it travels as the driver built it.
-    name, mappings, binlog_seq = follower.name, follower.mappings, follower.binlog_seq
+    # The snapshot-row lookup (MariaDB binlog positions) needs its sources' passwords: a worker builds its own
+    # from the config its secrets file completes. The driver's, pickled, would carry the passwords in clear.
+    name, mappings, lookup = follower.name, follower.mappings, follower.binlog_seq is not None
 
     def batch(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -73,7 +74,8 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
             import pyarrow as pa
 
             worker = _worker_follower(config_json, name, mappings)
-            worker.binlog_seq = binlog_seq
+            if not lookup:
+                worker.binlog_seq = None
             counts = worker.process(batch_id, arrow_records(batches))
             yield pa.RecordBatch.from_pydict({"counts": [counts.to_json()]})
 
@@ -112,7 +114,12 @@ def shipped_config(config: Config, name: str) -> str:
     from cdcsync.sync.position import base_dir
 
     index = next(i for i, f in enumerate(config.followers) if f.name == name)
-    mine = [[list(p), v] for p, v in config.secrets().items() if p[0] == "kafka" or p[:2] == ("followers", index)]
+    binlog = {("sources", i, "password") for i, s in enumerate(config.sources) if s.kind != "postgres"}
+    mine = [
+        [list(p), v]
+        for p, v in config.secrets().items()
+        if p[0] == "kafka" or p[:2] == ("followers", index) or p in binlog  # binlog: the snapshot-row lookup
+    ]
     path = base_dir(config) / "secrets" / f"{name}.json"
     if mine:
         write_private(path, json.dumps(mine))

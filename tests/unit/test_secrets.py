@@ -17,6 +17,7 @@ from pyspark import cloudpickle
 from cdcsync.config import Config, load_config
 from cdcsync.connectors.render import properties_text, render, secret_properties
 from cdcsync.errors import ConfigError
+from cdcsync.snapshot.positions import BinlogPositions
 from cdcsync.sync import executors
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
@@ -36,7 +37,16 @@ def raw_config(state: Path) -> dict[str, Any]:
                 "password": SECRET,
                 "tables": ["public.t"],
                 "debezium": {"database.sslpassword": SECRET, "snapshot.fetch.size": "100"},
-            }
+            },
+            {
+                "name": "maria",  # its password reaches tasks for the snapshot-row lookup, never in clear
+                "kind": "mariadb",
+                "port": 3306,
+                "database": "d",
+                "user": "u",
+                "password": SECRET,
+                "tables": ["d.t"],
+            },
         ],
         "followers": [
             {"name": "search", "kind": "elasticsearch", "url": f"http://elastic:{SECRET}@127.0.0.1:9200"},
@@ -55,7 +65,7 @@ def test_the_config_shipped_to_executors_holds_no_secret(tmp_path: Path) -> None
 
 def assert_not_shipped(config: Config) -> None:
     for name in [f.name for f in config.followers]:
-        stub = SimpleNamespace(name=name, mappings={}, binlog_seq=None)
+        stub = SimpleNamespace(name=name, mappings={}, binlog_seq=BinlogPositions.of(config))
         batch = executors.batch_function(config, stub)  # type: ignore[arg-type]
         shipped = [cell.cell_contents for cell in batch.__closure__ or () if cell.cell_contents is not stub]
         assert shipped, "batch_function closes over nothing?"
@@ -73,6 +83,7 @@ def test_a_task_gets_its_followers_secrets_back_from_a_private_file(tmp_path: Pa
     cache = rebuilt.follower("cache")
     assert cache.password is not None and cache.password.get_secret_value() == SECRET
     assert rebuilt.kafka.properties["sasl.password"] == SECRET
+    assert rebuilt.source("maria").password.get_secret_value() == SECRET  # the snapshot-row lookup's
     search = rebuilt.follower("search")  # another follower's secret is not in this follower's file
     assert search.password is not None and search.password.get_secret_value() != SECRET
 
