@@ -75,6 +75,17 @@ class ConnectClient:
     def put_config(self, name: str, config: dict[str, str]) -> dict[str, Any]:
         return self._call("PUT", f"/connectors/{quote(name)}/config", config)
 
+    def create_stopped(self, name: str, config: dict[str, str]) -> None:
+        """Create a connector in the STOPPED state (KIP-980): its offsets can be changed before it runs."""
+        self._call("POST", "/connectors", {"name": name, "config": config, "initial_state": "STOPPED"})
+
+    def delete_offsets(self, name: str) -> None:
+        """Forget a STOPPED connector's committed source offsets (KIP-875)."""
+        self._call("DELETE", f"/connectors/{quote(name)}/offsets")
+
+    def resume(self, name: str) -> None:
+        self._call("PUT", f"/connectors/{quote(name)}/resume")
+
     def status(self, name: str) -> dict[str, Any] | None:
         return self._call("GET", f"/connectors/{quote(name)}/status", ok_404=True)
 
