@@ -81,6 +81,9 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log
         # Arrow batches handed to the Python workers: bounded in bytes as well as rows (wide rows, sync/batching).
         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(8 * 1024 * 1024))
+        # Parquet's vectorized reader reserves one contiguous buffer per column for a batch of rows: 4,096
+        # (its default) rows of 60 KB text are 245 MB. Delta's MERGE and verify read wide tables this way.
+        .config("spark.sql.parquet.columnarReaderBatchSize", "512")
         .config("spark.sql.session.timeZone", "UTC")
     )
     for key, value in (conf or {}).items():

@@ -223,15 +223,20 @@ class DeltaSink:
         return result
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
-        """Every live row: ``{doc_id: (version, doc in stored form)}``. Collects the table on the driver."""
+        """Every live row: ``{doc_id: (version, doc in stored form)}``.
+
+        Read one partition at a time (``toLocalIterator``): a ``collect`` of a
+        table of wide rows held all of it in the driver's heap at once, and
+        ``verify`` of a warehouse of 60 KB rows ran out of it.
+        """
         table = self._table(target)
         columns = [_read(name, kind) for name, kind in table.kinds.items()]
-        with _spark_errors(f"reading {table.path}"):
-            rows = self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).collect()
         out: dict[str, tuple[int, dict[str, Any]]] = {}
-        for row in rows:
-            doc = {name: _decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
-            out[row[0]] = (row[1], self.stored_form(doc))
+        with _spark_errors(f"reading {table.path}"):
+            rows = self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).toLocalIterator()
+            for row in rows:
+                doc = {name: _decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
+                out[row[0]] = (row[1], self.stored_form(doc))
         return out
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
