@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from cdcsync.cli import load
+from cdcsync.lagpage import seconds, size  # one way to show a duration or a size, page and terminal
 
 
 @click.command("lag")
@@ -60,27 +61,6 @@ def lag(ctx: click.Context, followers: tuple[str, ...], watch: float | None, as_
         reader.close()
 
 
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "?"
-    if value < 120:
-        return f"{value:.1f} s"
-    if value < 7200:
-        return f"{value / 60:.1f} min"
-    return f"{value / 3600:.1f} h"
-
-
-def _bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{value} B"
-
-
 def render(report: dict[str, Any]) -> str:
     """The report as two tables: followers by table, then sources."""
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report["at_ms"] / 1000))
@@ -88,9 +68,7 @@ def render(report: dict[str, Any]) -> str:
     rows = [("FOLLOWER", "TABLE", "OFFSETS BEHIND", "SECONDS BEHIND", "STATE")]
     for f in report["followers"]:
         for t in f["tables"]:
-            rows.append(
-                (f["follower"], t["table"], str(t["offsets_behind"]), _seconds(t["seconds_behind"]), t["state"])
-            )
+            rows.append((f["follower"], t["table"], str(t["offsets_behind"]), seconds(t["seconds_behind"]), t["state"]))
         if not f["tables"]:
             rows.append((f["follower"], "-", "-", "-", "no topic yet"))
     lines += _table(rows, right=(2, 3))
@@ -104,10 +82,10 @@ def render(report: dict[str, Any]) -> str:
                 s["source"],
                 s["kind"],
                 s["state"],
-                _seconds(s["heartbeat_age_s"]),
-                _seconds(s["capture_lag_s"]),
-                "-" if s["newest_change_age_s"] is None else f"{_seconds(s['newest_change_age_s'])} ago",
-                _bytes(s["slot_retained_wal_bytes"]),
+                seconds(s["heartbeat_age_s"]),
+                seconds(s["capture_lag_s"]),
+                "-" if s["newest_change_age_s"] is None else f"{seconds(s['newest_change_age_s'])} ago",
+                size(s["slot_retained_wal_bytes"]),
             )
         )
     lines += _table(sources, right=(3, 4, 5, 6))
