@@ -24,6 +24,7 @@ external asset, readable where the daemon runs with no network.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from html import escape
@@ -261,3 +262,17 @@ def render(data: dict[str, Any]) -> str:
         out.append('<p class="muted">no source measured yet</p>')
     out.append("</main></body></html>")
     return "\n".join(out)
+
+
+def pages(health: Health | None = None) -> Callable[[str], tuple[bytes, str] | None]:
+    """The lag page's paths for ``metrics.serve``: ``/`` and ``/lag`` (HTML), ``/lag.json`` (its data)."""
+
+    def page(path: str) -> tuple[bytes, str] | None:
+        if path not in ("/", "/lag", "/lag.json"):
+            return None
+        data = snapshot(health)
+        if path == "/lag.json":
+            return json.dumps(data).encode(), "application/json"
+        return render(data).encode(), "text/html; charset=utf-8"
+
+    return page

@@ -10,7 +10,6 @@ last report is kept whole for the page.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -129,8 +128,14 @@ def latest_lag() -> Any:
     return _latest_lag[0] if _latest_lag else None
 
 
-def serve(port: int, host: str = "127.0.0.1", health: Health | None = None) -> ThreadingHTTPServer:
-    """Serve ``/metrics``, ``/healthz`` and the lag page (``/``, ``/lag``, ``/lag.json``) on a daemon thread."""
+# path -> (body, content type), or None for a path it does not serve: the lag page (cdcsync.lagpage.pages).
+Pages = Callable[[str], "tuple[bytes, str] | None"]
+
+
+def serve(
+    port: int, host: str = "127.0.0.1", health: Health | None = None, pages: Pages | None = None
+) -> ThreadingHTTPServer:
+    """Serve ``/metrics``, ``/healthz`` and ``pages`` (the lag page: ``/``, ``/lag``, ``/lag.json``) on a thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
@@ -141,14 +146,8 @@ def serve(port: int, host: str = "127.0.0.1", health: Health | None = None) -> T
                 ok, problems = health() if health is not None else (True, [])
                 body = "ok\n" if ok else "".join(f"{line}\n" for line in problems)
                 self._answer(200 if ok else 503, body.encode(), "text/plain; charset=utf-8")
-            elif path in ("/", "/lag", "/lag.json"):
-                from cdcsync import lagpage
-
-                data = lagpage.snapshot(health)
-                if path == "/lag.json":
-                    self._answer(200, json.dumps(data).encode(), "application/json")
-                else:
-                    self._answer(200, lagpage.render(data).encode(), "text/html; charset=utf-8")
+            elif pages is not None and (page := pages(path)) is not None:
+                self._answer(200, *page)
             else:
                 self._answer(404, b"not found: try /, /metrics or /healthz\n", "text/plain; charset=utf-8")
 

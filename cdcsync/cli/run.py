@@ -69,7 +69,7 @@ def run(
     Exit 0 after SIGTERM/SIGINT (queries stopped between batches), 1 when
     every follower has stopped for good, 2 for a usage or config error.
     """
-    from cdcsync import metrics
+    from cdcsync import lagpage, metrics
     from cdcsync.connectors.watch import CaptureWatch
     from cdcsync.spark import spark_session
     from cdcsync.sync.position import check_position
@@ -127,7 +127,7 @@ def run(
         return ok, problems
 
     if metrics_port:
-        metrics.serve(metrics_port, metrics_host, health=health)
+        metrics.serve(metrics_port, metrics_host, health=health, pages=lagpage.pages(health))
         log.info("metrics on http://%s:%d/metrics, health on /healthz", metrics_host, metrics_port)
         threading.Thread(target=_collect_lag, args=(config, selected), name="cdcsync-lag", daemon=True).start()
     stopping: list[int] = []

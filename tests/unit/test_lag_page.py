@@ -126,7 +126,8 @@ def test_serve_answers_the_page_its_json_metrics_and_health() -> None:
         port = s.getsockname()[1]
     metrics.record_lag(report("pagetest"))
     metrics.FOLLOWER_STATE.labels("pagetest", "running").set(1)
-    server = metrics.serve(port, health=lambda: (False, ["follower other stopped: reindex it"]))
+    health = lambda: (False, ["follower other stopped: reindex it"])  # noqa: E731
+    server = metrics.serve(port, health=health, pages=lagpage.pages(health))
     base = f"http://127.0.0.1:{port}"
     try:
         for path in ("/", "/lag"):
