@@ -43,12 +43,18 @@ def template(kind: str) -> dict[str, str]:
 
 
 def secrets_dir(config: Config) -> Path:
-    """Where cdcsync writes the connectors' secret files (``connect.secrets_dir``)."""
+    """Where cdcsync writes the connectors' secret files (``connect.secrets_dir``).
+
+    By default the machine's state directory (``CDCSYNC_STATE_DIR``), where the
+    local Connect worker's ``FileConfigProvider`` may read (its ``allowed.paths``),
+    never the config's ``state_dir``: that one holds a deployment's followers,
+    and Connect is shared by every deployment on the machine.
+    """
     if config.connect.secrets_dir:
         return Path(config.connect.secrets_dir)
     from cdcsync.spark import state_dir
 
-    return (Path(config.state_dir) if config.state_dir else state_dir()) / "connect-secrets"
+    return state_dir() / "connect-secrets"
 
 
 def secrets_file(source: SourceConfig, config: Config, pending: bool = False) -> Path:

@@ -190,7 +190,7 @@ def _clean(config: Config, name: str, user: str) -> None:
         for leftover in (state / "bootstrap" / f"{follower.name}.json", state / "secrets" / f"{follower.name}.json"):
             leftover.unlink(missing_ok=True)
     for source in config.sources:
-        (state / "connect-secrets" / f"{source.name}.properties").unlink(missing_ok=True)
+        (stack.STATE / "connect-secrets" / f"{source.name}.properties").unlink(missing_ok=True)
 
 
 def connect_log_size() -> int:

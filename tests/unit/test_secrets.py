@@ -148,12 +148,14 @@ def test_config_errors_never_show_the_secret(tmp_path: Path, change: Any) -> Non
     assert SECRET not in str(err.value)
 
 
-def test_connector_config_refers_to_a_file_connect_reads(tmp_path: Path) -> None:
+def test_connector_config_refers_to_a_file_connect_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDCSYNC_STATE_DIR", str(tmp_path / "machine"))
     config = Config.model_validate(raw_config(tmp_path))
     source = config.sources[0]
     rendered = render(source, config)
     assert SECRET not in json.dumps(rendered)
-    file = tmp_path / "connect-secrets" / "pg.properties"
+    # The machine's state directory, where the local Connect may read; not the deployment's state_dir.
+    file = tmp_path / "machine" / "connect-secrets" / "pg.properties"
     assert rendered["database.password"] == f"${{file:{file}:database.password}}"
     assert rendered["database.sslpassword"] == f"${{file:{file}:database.sslpassword}}"
     assert secret_properties(source, config) == {"database.password": SECRET, "database.sslpassword": SECRET}
