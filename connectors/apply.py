@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcsync.config import Config, SourceConfig
+from cdcsync.connectors import restore
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.connectors.offsets import create
 from cdcsync.connectors.preflight import run_preflight
@@ -91,6 +92,9 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
             action = create(client, source, desired)  # never on a deleted connector's offsets (connectors.offsets)
             results.append(ApplyResult(source.name, action, sorted(desired), topics))
             continue
+        went_back = restore.check(client, source)
+        if went_back:
+            raise PreflightError([went_back])
         current = {k: v for k, v in current.items() if k != "name"}
         changed = sorted({k for k in set(desired) | set(current) if desired.get(k) != current.get(k)} | rotated)
         if changed:

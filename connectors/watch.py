@@ -17,6 +17,10 @@ watchdog beside its followers; per source, every ``WATCH_S``:
   and keeps the slot: the watchdog ends the backend holding the slot
   (``pg_terminate_backend``, allowed to the slot's own role), then restarts
   the connector and its tasks. For MariaDB it restarts them.
+- **Went back in time**: every minute, the database's log position against
+  the offset Connect committed for the connector (``connectors.restore``). A
+  database restored from a backup is behind it; nothing can heal that, and
+  the problem names the repair.
 - What it cannot heal (connector missing, still stalled or failed) it reports:
   ``health()`` feeds ``/healthz``, and every action is a log line and a count
   in ``cdcsync_capture_heals_total``; ``cdcsync_capture_heartbeat_age_seconds``
@@ -34,6 +38,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdcsync import metrics
 from cdcsync.config import Config, SourceConfig
+from cdcsync.connectors import restore
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.errors import CdcsyncError
 
@@ -42,6 +47,7 @@ log = logging.getLogger("cdcsync.capture")
 WATCH_S = 10.0
 RESTART_FIRST_S = 10.0
 RESTART_CAP_S = 600.0
+RESTORE_CHECK_S = 60.0  # how often the source's log position is compared with what capture read
 STALL_MIN_S = 60.0  # never call capture stalled sooner than this, whatever the heartbeat interval
 
 
@@ -53,6 +59,8 @@ class SourceState:
     heals_in_row: int = 0
     next_heal: float = 0.0
     problem: str = ""
+    went_back: str = ""  # the database is behind what capture read (connectors.restore); no heal, a repair
+    next_restore_check: float = 0.0
 
     @property
     def stall_after_s(self) -> float:
@@ -78,6 +86,7 @@ class CaptureWatch:
 
     def health(self) -> tuple[bool, list[str]]:
         problems = [f"capture {s.source.name}: {s.problem}" for s in self.sources if s.problem]
+        problems += [f"capture {s.source.name}: {s.went_back}" for s in self.sources if s.went_back]
         return not problems, problems
 
     def tick(self) -> None:
@@ -94,6 +103,12 @@ class CaptureWatch:
         if status is None:
             state.problem = f"connector {name} is not registered; run `cdcsync connectors apply`"
             return
+        if now >= state.next_restore_check:
+            state.next_restore_check = now + RESTORE_CHECK_S
+            found = restore.check(self.client, state.source) or ""
+            if found and found != state.went_back:
+                log.error("source=%s capture=went_back %s", name, found)
+            state.went_back = found
         failed = [t for t in status.get("tasks", []) if t.get("state") == "FAILED"]
         if status["connector"]["state"] == "FAILED" or failed:
             trace = (failed[0].get("trace") if failed else status["connector"].get("trace")) or ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,18 @@ import yaml
 
 from cdcsync.connectors.apply import apply, client_for
 from cdcsync.errors import PreflightError
-from tests.support import ENV, config_for, drop_capture, execute, maria_admin, pg_admin, pg_connect, source_dict, uid
+from tests.support import (
+    ENV,
+    captured,
+    config_for,
+    drop_capture,
+    execute,
+    maria_admin,
+    pg_admin,
+    pg_connect,
+    source_dict,
+    uid,
+)
 
 
 def run_cli(
@@ -178,3 +190,32 @@ def test_kind_mysql_is_refused_at_config_load_before_anything_is_registered(tmp_
     assert "sources[0].kind: Value error, kind mysql is not supported yet" in done.stderr
     assert "kind: mariadb" in done.stderr
     assert not registered(source["name"])
+
+
+def test_a_database_behind_what_capture_read_is_refused_and_reported_with_the_repair() -> None:
+    """What a restore from a backup looks like to cdcsync: Connect's committed LSN beyond the database's WAL.
+
+    The committed offset is moved ahead through Connect's own offsets API (a real restore cannot be staged on
+    a shared server); the check sees exactly what it would see after one.
+    """
+    from cdcsync.connectors.watch import CaptureWatch
+
+    table = f"restore_{uid()}"
+    with captured("postgres", [f"CREATE TABLE {table} (id INT PRIMARY KEY)"], [f"public.{table}"]) as config:
+        execute("postgres", f"INSERT INTO {table} VALUES (1)")
+        client = client_for(config)
+        name = config.sources[0].name
+        client._call("PUT", f"/connectors/{name}/stop")
+        deadline = time.monotonic() + 60
+        while (client.status(name) or {}).get("connector", {}).get("state") != "STOPPED":
+            assert time.monotonic() < deadline, client.status(name)
+            time.sleep(0.5)
+        [offset] = client.offsets(name)
+        ahead = {**offset["offset"], "lsn": int(offset["offset"]["lsn"]) + 10**12}
+        client._call("PATCH", f"/connectors/{name}/offsets", {"offsets": [{**offset, "offset": ahead}]})
+        with pytest.raises(PreflightError, match=rf"source {name} went back in time: its WAL position \d+ is behind"):
+            apply(config)
+        watch = CaptureWatch(config)
+        watch.tick()
+        ok, problems = watch.health()
+        assert not ok and any("went back in time" in p and "After a restore" in p for p in problems), problems

@@ -37,6 +37,9 @@ class Connect:
         }
         return {"connector": {"state": self.state}, "tasks": [task]}
 
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        return []  # a connector that has committed nothing: no restore to detect
+
     def restart(self, name: str) -> None:
         self.calls.append("restart")
 
@@ -99,3 +102,16 @@ def test_a_missing_connector_is_reported_not_created() -> None:
     watch.tick()
     assert watch.health()[1] == ["capture pg: connector pg is not registered; run `cdcsync connectors apply`"]
     assert connect.calls == []
+
+
+def test_a_log_behind_what_capture_read_is_a_restore() -> None:
+    from cdcsync.connectors.restore import went_back
+
+    assert went_back("postgres", {"lsn": 5000, "txId": 7}, 4000) == (
+        "its WAL position 4000 is behind the LSN 5000 capture already read"
+    )
+    assert went_back("postgres", {"lsn": 5000}, 5000) is None
+    assert went_back("mariadb", {"gtids": "0-1-345"}, "0-1-12") is not None
+    assert went_back("mariadb", {"gtids": "0-1-345"}, "") is not None  # RESET MASTER: no GTID at all
+    assert went_back("mariadb", {"gtids": "0-1-345"}, "0-1-345,1-1-3") is None
+    assert went_back("mariadb", {"file": "b.000001", "pos": 4}, "0-1-1") is None  # an offset with no GTID yet
