@@ -124,15 +124,16 @@ def wait_healthy(component: str, within_s: float = 180) -> None:
 @pytest.mark.parametrize("how,component", CASES)
 def test_kill_matrix(how: str, component: str, tmp_path: Path) -> None:
     tag, table = f"t{uid()}", f"mx_{uid()}"
-    for kind in ("postgres", "mariadb"):
-        execute(kind, table_ddl(kind, table))
+    tables = {"postgres": f"{table}_pg", "mariadb": f"{table}_ma"}  # one target per table in each sink
+    for kind, name in tables.items():
+        execute(kind, table_ddl(kind, name))
     sources = [
-        source_dict("postgres", f"{tag}_pg", [f"public.{table}"]),
-        source_dict("mariadb", f"{tag}_ma", [f"{ENV['MARIADB_DATABASE']}.{table}"]),
+        source_dict("postgres", f"{tag}_pg", [f"public.{tables['postgres']}"]),
+        source_dict("mariadb", f"{tag}_ma", [f"{ENV['MARIADB_DATABASE']}.{tables['mariadb']}"]),
     ]
     _, config_path, config = daemon_config(tmp_path, sources, follower_dicts(tag, tmp_path))
     log, daemon = tmp_path / "run.log", None
-    writers = [Writer(kind, table) for kind in ("postgres", "mariadb")]
+    writers = [Writer(kind, name) for kind, name in tables.items()]
     row = f"{'SIGSTOP' if how == 'stop' else 'kill -9'} {component}"
     try:
         apply(config)
@@ -182,5 +183,5 @@ def test_kill_matrix(how: str, component: str, tmp_path: Path) -> None:
         stack.main(["up"])  # whatever the test left down
         drop_capture(config)
         drop_stores(config, tag)
-        for kind in ("postgres", "mariadb"):
-            execute(kind, f"DROP TABLE IF EXISTS {table}")
+        for kind, name in tables.items():
+            execute(kind, f"DROP TABLE IF EXISTS {name}")
