@@ -26,7 +26,7 @@ demo: up  ## stack up, sample database loaded, connectors applied; prints where 
 	@$(PY) deploy/local/demo.py
 
 test: up  ## unit + integration + chaos tests against the real stack (the long fault scenarios: make chaos)
-	@$(PY) -m pytest tests/unit tests/integration tests/chaos -m "not long" -p no:cacheprovider -ra
+	@$(PY) -m pytest tests/unit tests/integration tests/chaos -m "not long" -p no:cacheprovider -ra --durations=15
 
 test-unit: install  ## unit tests only (no services)
 	@$(PY) -m pytest tests/unit -p no:cacheprovider -q
@@ -34,8 +34,10 @@ test-unit: install  ## unit tests only (no services)
 test-integration: up
 	@$(PY) -m pytest tests/integration -p no:cacheprovider -ra
 
-chaos: up  ## every fault scenario, the long ones included (a sink down 10 minutes, a wide-row backlog)
-	@CDCSYNC_CHAOS_OUTAGE_S=$${CDCSYNC_CHAOS_OUTAGE_S:-600} $(PY) -m pytest tests/chaos -p no:cacheprovider -ra
+chaos: up  ## every fault scenario, the long ones included (the whole kill -9 matrix, a sink down 10 minutes, ...)
+	@CDCSYNC_CHAOS_OUTAGE_S=$${CDCSYNC_CHAOS_OUTAGE_S:-600} CDCSYNC_CHAOS_STOP_S=$${CDCSYNC_CHAOS_STOP_S:-120} \
+		$(PY) -m pytest tests/chaos -p no:cacheprovider -ra
+	@$(PY) -m pytest tests/integration -m long -p no:cacheprovider -ra
 
 test-chaos: chaos
 

@@ -199,7 +199,11 @@ def killed_at(monkeypatch: pytest.MonkeyPatch, step: str, before_publish: Callab
             yield
 
 
-@pytest.mark.parametrize("name", ["search", "cache", "warehouse"])
+@pytest.mark.parametrize(
+    "name",
+    # `make test` kills one sink's reindex at each step; `make chaos` all three (minutes each).
+    [pytest.param("search", marks=pytest.mark.long), "cache", pytest.param("warehouse", marks=pytest.mark.long)],
+)
 def test_a_reindex_killed_at_each_step_is_finished_by_the_next(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
