@@ -24,9 +24,13 @@ Layout: ``major << 16 | minor``.
     bits keeps them distinct and leaves room for 2^52 bytes of WAL.
     ``lastCommitLsn`` is null only in a connector that has processed no commit
     yet (the first transaction after a new connector's snapshot): that
-    transaction takes its own ``lsn >> 5``, which is above every commit before
-    its own changes, hence above what the stores hold from an earlier
-    connector, and below the next transaction's ``lastCommitLsn``.
+    transaction commits after the snapshot's position P, and takes
+    ``max(own lsn, P) >> 5``. Its own LSN is above every commit before its own
+    changes, hence above what the stores hold from an earlier connector; P
+    puts it above the snapshot rows even when it began before P (a transaction
+    spanning the snapshot); both are below its own commit, hence below the
+    next transaction's ``lastCommitLsn``. P is read from the snapshot rows
+    before it in its partition (``snapshot_lsn``, ``cdcsync.snapshot.positions``).
   - MariaDB/MySQL: the GTID sequence number (``source.gtid`` is
     ``domain-server-seq``). It survives a failover, unlike ``file``/``pos``.
     One GTID domain per source is assumed; another domain is a poison record.
@@ -63,6 +67,9 @@ CONNECTORS = {"postgresql", "mariadb", "mysql"}
 
 BinlogSeq = Callable[[str, str, int], "int | None"]
 """``(source name, binlog file, position) -> GTID sequence`` of the last transaction before it, or None."""
+
+SnapshotLsn = Callable[[str, int, int], "int | None"]
+"""``(topic, partition, offset) -> LSN`` that ranks the snapshot rows before this record in its partition, or None."""
 
 
 class PoisonRecord(ValueError):
@@ -101,16 +108,26 @@ def _json(raw: bytes | str, what: str) -> Any:
         raise PoisonRecord(f"{what} is not JSON: {err}") from None
 
 
-def version_of(envelope: dict[str, Any], binlog_seq: BinlogSeq | None = None) -> int:
-    """The version of one Debezium change envelope (see the module docstring)."""
+def version_of(
+    envelope: dict[str, Any], binlog_seq: BinlogSeq | None = None, snapshot_lsn: Callable[[], int | None] | None = None
+) -> int:
+    """The version of one Debezium change envelope (see the module docstring).
+
+    ``snapshot_lsn`` answers, for this event only, where the snapshot before it stands.
+    """
     source = envelope.get("source")
     if not isinstance(source, dict):
         raise PoisonRecord("envelope has no source block")
-    return _version(envelope, envelope.get("op"), source, source.get("connector"), binlog_seq)
+    return _version(envelope, envelope.get("op"), source, source.get("connector"), binlog_seq, snapshot_lsn)
 
 
 def _version(
-    envelope: dict[str, Any], op: Any, source: dict[str, Any], connector: Any, binlog_seq: BinlogSeq | None = None
+    envelope: dict[str, Any],
+    op: Any,
+    source: dict[str, Any],
+    connector: Any,
+    binlog_seq: BinlogSeq | None = None,
+    snapshot_lsn: Callable[[], int | None] | None = None,
 ) -> int:
     if op == "r":
         return _snapshot_version(source, connector, binlog_seq)
@@ -122,7 +139,7 @@ def _version(
         # correctly across transactions; only changes of one key inside one such transaction tie.
         minor = 1
     if connector == "postgresql":
-        major = _postgres_major(source)
+        major = _postgres_major(source, snapshot_lsn)
     elif connector in ("mariadb", "mysql"):
         major = _gtid_seq(source)
     else:
@@ -140,7 +157,7 @@ def _checked(version: int, major: int) -> int:
 def _snapshot_version(source: dict[str, Any], connector: Any, binlog_seq: BinlogSeq | None) -> int:
     """A snapshot row: above every change it reflects, below every change it does not."""
     if connector == "postgresql":
-        major = _postgres_major(source)
+        major = _postgres_major(source)  # a snapshot row is never below itself: no lookup
         return _checked(major << MINOR_BITS, major)
     if connector not in ("mariadb", "mysql"):
         raise PoisonRecord(f"unsupported source.connector {connector!r}")
@@ -157,7 +174,7 @@ def _snapshot_version(source: dict[str, Any], connector: Any, binlog_seq: Binlog
     return _checked((seq << MINOR_BITS) | MINOR_MAX, seq)
 
 
-def _postgres_major(source: dict[str, Any]) -> int:
+def _postgres_major(source: dict[str, Any], snapshot_lsn: Callable[[], int | None] | None = None) -> int:
     sequence = source.get("sequence")
     if isinstance(sequence, str) and sequence.startswith('["'):
         # The common shape, '["<lastCommitLsn>","<lsn>"]', read without a third JSON parse per record.
@@ -171,11 +188,13 @@ def _postgres_major(source: dict[str, Any]) -> int:
     except (TypeError, ValueError, orjson.JSONDecodeError):
         raise PoisonRecord(f"source.sequence {sequence!r} is not [lastCommitLsn, lsn]") from None
     if last_commit is None:
-        # No commit processed yet by this connector: the first transaction after its snapshot (and the
-        # snapshot rows themselves) take the event's own LSN; see the module docstring.
+        # No commit processed yet by this connector: its snapshot rows rank at their own LSN (P), and the first
+        # transaction after them at the higher of its own LSN and P; see the module docstring.
         if own_lsn is None:
             raise PoisonRecord(f"source.sequence {sequence!r} has neither lastCommitLsn nor lsn")
-        return _lsn_of(own_lsn, "lsn") >> LSN_SHIFT
+        lsn = _lsn_of(own_lsn, "lsn")
+        floor = snapshot_lsn() if snapshot_lsn is not None else None
+        return max(lsn, floor or 0) >> LSN_SHIFT
     return _lsn_of(last_commit, "lastCommitLsn") >> LSN_SHIFT
 
 
@@ -208,12 +227,15 @@ def parse_record(
     key: bytes | None,
     value: bytes | None,
     binlog_seq: BinlogSeq | None = None,
+    snapshot_lsn: SnapshotLsn | None = None,
 ) -> Change | None:
     """Turn one Kafka record of a Debezium topic into a ``Change``; ``None`` for a tombstone.
 
     A follower deletes on the ``op=d`` event and ignores the tombstone, which is
     only compaction's marker (Debezium can crash between the two).
-    ``binlog_seq`` versions MariaDB/MySQL snapshot rows (see the module docstring).
+    ``binlog_seq`` versions MariaDB/MySQL snapshot rows, ``snapshot_lsn`` the first
+    Postgres transaction after a new connector's snapshot (see the module docstring);
+    it is asked only for that transaction's events.
     """
     if value is None:
         return None
@@ -247,7 +269,14 @@ def parse_record(
         key_doc,
         after,
         source.get("ts_ms"),
-        _version(envelope, op, source, connector, binlog_seq),
+        _version(
+            envelope,
+            op,
+            source,
+            connector,
+            binlog_seq,
+            None if snapshot_lsn is None else lambda: snapshot_lsn(topic, partition, offset),
+        ),
         topic,
         partition,
         offset,

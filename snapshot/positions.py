@@ -36,6 +36,11 @@ were read at and no GTID. ``BinlogPositions`` maps that position the same
 way, so a row of a connector's snapshot and a row of ``bootstrap --from
 source`` read at the same position get the same version
 (``cdcsync.events``: ``parse_record(..., binlog_seq=...)``).
+
+A new Postgres connector's snapshot rows rank at the snapshot's LSN P, and
+the first transaction it streams after them carries no ``lastCommitLsn``.
+``SnapshotLsns`` finds P for that transaction's events: the snapshot rows
+before each of them in its partition (``parse_record(..., snapshot_lsn=...)``).
 """
 
 from __future__ import annotations
@@ -47,11 +52,12 @@ from typing import Any
 
 import orjson
 import pymysql  # type: ignore[import-untyped]
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.db import connect_mariadb, connect_postgres
-from cdcsync.errors import FatalError
+from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import MINOR_BITS, MINOR_MAX
 
 XID_MOD = 1 << 32  # Debezium reports 32-bit xids; the snapshot's are 64-bit (epoch << 32 | xid)
@@ -203,6 +209,108 @@ class BinlogPositions:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"sources": self.sources, "_seqs": {}}
+
+
+class SnapshotLsns:
+    """``events.SnapshotLsn``: where the snapshot before a record stands, read back in the record's partition.
+
+    Asked only for the first transaction a new Postgres connector streams
+    (its events carry no ``lastCommitLsn``). Its events follow the
+    connector's snapshot rows, so reading back from one of them, over the
+    other events of that transaction, meets a snapshot row: its LSN ranks it
+    (P). A record that has a ``lastCommitLsn`` before that means no snapshot
+    row of this connector is in the partition (the table was empty), so
+    nothing here needs P: None. Answers are computed from the log alone, the
+    same in every process, and cached for the life of the process. Picklable.
+    """
+
+    WINDOW = 256  # records read back at first; doubled while no answer is found
+
+    def __init__(self, kafka: dict[str, str]) -> None:
+        self.kafka = kafka
+        self._lsns: dict[tuple[str, int, int], int | None] = {}
+
+    @classmethod
+    def of(cls, config: Config) -> SnapshotLsns:
+        return cls(config.kafka.client_config())
+
+    def __call__(self, topic: str, partition: int, offset: int) -> int | None:
+        if (topic, partition, offset) not in self._lsns:
+            self._read_back(topic, partition, offset)
+        return self._lsns[(topic, partition, offset)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"kafka": self.kafka, "_lsns": {}}
+
+    def _read_back(self, topic: str, partition: int, offset: int) -> None:
+        consumer = Consumer(
+            {
+                **self.kafka,
+                "group.id": "cdcsync-snapshot-lsn",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        try:
+            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            waiting, answer = [offset], None  # events of the same transaction(s) found on the way get the answer too
+            end, size = offset, self.WINDOW
+            while end > low and answer is None:
+                start = max(low, end - size)
+                for at, value in reversed(_read_range(consumer, topic, partition, start, end)):
+                    kind, lsn = _rank_of(value)
+                    if kind == "first":
+                        waiting.append(at)
+                        continue
+                    if kind is not None:
+                        answer = (lsn,) if kind == "snapshot" else (None,)
+                        break
+                end, size = start, size * 2
+            for at in waiting:
+                self._lsns[(topic, partition, at)] = answer[0] if answer else None
+        except KafkaException as err:
+            raise RetryableError(f"reading {topic}[{partition}] back from offset {offset}: {err}") from None
+        finally:
+            consumer.close()
+
+
+def _rank_of(value: bytes | None) -> tuple[str | None, int | None]:
+    """("snapshot", its LSN) | ("first", None): no commit yet | ("streamed", None) | (None, None): not a change."""
+    if value is None:
+        return None, None
+    try:
+        envelope = orjson.loads(value)
+        source = envelope["source"]
+        last_commit, own = orjson.loads(source["sequence"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None, None
+    if envelope.get("op") == "r":
+        lsn = last_commit if last_commit is not None else own
+        return ("snapshot", int(lsn)) if str(lsn).isdigit() else (None, None)
+    return ("first", None) if last_commit is None else ("streamed", None)
+
+
+def _read_range(consumer: Consumer, topic: str, partition: int, start: int, end: int) -> list[tuple[int, bytes | None]]:
+    """The records at offsets [start, end) of one partition (compaction may have removed some)."""
+    consumer.assign([TopicPartition(topic, partition, start)])
+    records: list[tuple[int, bytes | None]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                break
+            raise KafkaException(msg.error())
+        if msg.offset() >= end:
+            break
+        records.append((msg.offset(), msg.value()))
+        if msg.offset() == end - 1:
+            break
+    else:
+        raise RetryableError(f"reading {topic}[{partition}] offsets {start}..{end - 1} took over 60 s")
+    return records
 
 
 def _seq_at(source: SourceConfig, binlog_file: str, binlog_pos: int) -> int | None:

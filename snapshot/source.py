@@ -131,7 +131,7 @@ def _bootstrap_source(
             wait_passed(read, connect)
             last = end_offsets(consumer, [p.topic for p in plans])
             window = _read_window(consumer, first, last, lookback=20)
-            window, row_version = _split_reflected(read, window)
+            window, row_version = _split_reflected(read, window, follower)
             log.info(
                 "source=%s snapshot=%s xmin=%d xmax=%d in_progress=%d wal_lsn=%d unreflected=%d row_version=%d",
                 source.name,
@@ -170,14 +170,21 @@ def _plans(config: Config, cfg: FollowerConfig, follower: Follower) -> list[tupl
     return list(plans.values())
 
 
-def _split_reflected(read: PostgresRead, window: list[Record]) -> tuple[list[Record], int]:
+def _split_reflected(read: PostgresRead, window: list[Record], follower: Follower) -> tuple[list[Record], int]:
     """Drop the window's changes the snapshot reflects; return the rest and the highest reflected version."""
     kept, highest = [], 0
     for record in window:
         txid = _txid(record)
         if txid is not None and read.reflects(txid):
             try:
-                change = parse_record(record.topic, record.partition, record.offset, record.key, record.value)
+                change = parse_record(
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    record.key,
+                    record.value,
+                    snapshot_lsn=follower.snapshot_lsn,
+                )
             except PoisonRecord:
                 change = None
             if change is not None:

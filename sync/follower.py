@@ -35,7 +35,7 @@ from confluent_kafka import Producer
 
 from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.events import BinlogSeq, Change, PoisonRecord, parse_record
+from cdcsync.events import BinlogSeq, Change, PoisonRecord, SnapshotLsn, parse_record
 from cdcsync.sync.mapping import TableMapping, map_row
 from cdcsync.sync.sink import Row, Sink, WriteResult
 
@@ -228,9 +228,11 @@ class Follower:
         max_attempts: int = 8,
         report: bool = True,
         binlog_seq: BinlogSeq | None = None,
+        snapshot_lsn: SnapshotLsn | None = None,
     ) -> None:
         self.name, self.sink, self.mappings, self.dead_letters = name, sink, mappings, dead_letters
         self.binlog_seq = binlog_seq  # MariaDB snapshot rows' binlog positions -> GTID sequences (cdcsync.events)
+        self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
         self.report = report  # log and count each batch here; False on executors, whose driver does it
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"cdcsync-{name}-writer")
@@ -254,7 +256,13 @@ class Follower:
             counts.consumed += 1
             try:
                 change = parse_record(
-                    record.topic, record.partition, record.offset, record.key, record.value, self.binlog_seq
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    record.key,
+                    record.value,
+                    self.binlog_seq,
+                    self.snapshot_lsn,
                 )
                 if change is None:
                     counts.tombstones += 1

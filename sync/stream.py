@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
-from cdcsync.snapshot.positions import BinlogPositions
+from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
 from cdcsync.sync import batching, executors
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, tune_gc
@@ -138,6 +138,7 @@ def build_follower(
         DeadLetters(config.kafka.bootstrap_servers, follower.dlq_topic, follower.name),
         max_attempts=follower.sink_attempts,
         binlog_seq=BinlogPositions.of(config),
+        snapshot_lsn=SnapshotLsns.of(config),
     )
 
 

@@ -15,6 +15,8 @@ follower from the source (``bootstrap --from source``) removes them.
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from cdcsync.sync.position import base_dir, checkpoint_dir
 from cdcsync.sync.stream import build_follower
 from tests.integration.followers import numbered_table, scenario
 from tests.integration.resnapshot import lose_capture
-from tests.support import execute, read_topic, uid, wait_streaming
+from tests.support import execute, pg_admin, pg_connect, read_topic, uid, wait_streaming
 
 ROWS = 20
 
@@ -87,3 +89,66 @@ def test_a_fresh_snapshot_after_capture_was_lost_converges_in_every_sink(spark: 
             sc.followers[cfg.name] = follower
         sc.run_once()
         sc.assert_converged()
+
+
+def _log_running_xacts() -> None:
+    """Make the slot builder look again: a checkpoint logs the running transactions."""
+    with pg_admin() as admin:
+        admin.execute("CHECKPOINT")
+
+
+def test_a_transaction_spanning_a_new_connectors_snapshot_is_not_lost(spark: Any, tmp_path: Path) -> None:
+    """A transaction open while Postgres makes the new slot consistent, committed after the snapshot.
+
+    The slot is consistent once every transaction older than its builder's
+    second phase has ended; one that started in that phase and writes before
+    the consistent point P is not in the exported snapshot, is decoded whole,
+    and is the first to commit after it: its events carry no
+    ``lastCommitLsn``, and their own LSNs are below P, i.e. below the
+    snapshot rows. Its update must still win over the snapshot's row.
+    """
+    t = f"span_{uid()}"
+    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, numbered_table(t, ROWS)) as sc:
+        sc.run_once()
+        source = sc.config.sources[0]
+        lose_capture(sc.config, source)
+
+        older, younger, spanning = pg_connect(autocommit=False), pg_connect(autocommit=False), pg_connect()
+        older.execute("SELECT txid_current()")  # the builder waits for this one first
+        applying = threading.Thread(target=apply, args=(sc.config,))
+        applying.start()
+        with pg_connect() as conn:
+            deadline = time.monotonic() + 120
+            while (
+                conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (source.slot,)).fetchone()
+                is None
+            ):
+                assert time.monotonic() < deadline, "the connector never began creating its slot"
+                time.sleep(0.2)
+            younger.execute("SELECT txid_current()")  # started after the builder: waited for in its second phase
+            older.commit()
+            _log_running_xacts()
+            time.sleep(1)
+            spanning.execute("BEGIN")
+            spanning.execute(f"UPDATE {t} SET v = 400 WHERE id = 8")  # written before P
+            younger.commit()
+            _log_running_xacts()
+        applying.join(180)
+        read_topic(source.topic(source.tables[0]), lambda rs: sum(r.op == "r" for r in rs) >= 2 * ROWS, timeout=180)
+        wait_streaming(sc.config)
+        spanning.execute("COMMIT")
+        for conn in (older, younger, spanning):
+            conn.close()
+
+        events = read_topic(
+            source.topic(source.tables[0]), lambda rs: any(r.key == {"id": 8} and r.op == "u" for r in rs)
+        )
+        update = next(r for r in events if r.key == {"id": 8} and r.op == "u")
+        snapshot = next(r for r in reversed(events) if r.op == "r")
+        assert update.value["source"]["sequence"].startswith("[null,"), "not the first transaction after the snapshot"
+        assert update.value["source"]["lsn"] < snapshot.value["source"]["lsn"], "the transaction did not span P"
+
+        sc.run_once()
+        sc.assert_converged()
+        for follower in ("search", "cache", "warehouse"):
+            assert int(sc.held(follower, t)["8"][1]["v"]) == 400, follower

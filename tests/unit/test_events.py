@@ -123,6 +123,31 @@ def test_postgres_first_transaction_after_a_snapshot_is_ranked_by_its_own_lsn() 
     assert held < version_of(snapshot) < version_of(first_after) < version_of(values[10])
 
 
+def test_a_first_transaction_that_spans_the_snapshot_ranks_above_its_rows() -> None:
+    """Its events carry no lastCommitLsn and an own LSN below P: the snapshot's P ranks them."""
+    values = [json.loads(r["value"]) for r in records("postgres-resnapshot")]
+    snapshot, first_after, next_after = values[6], values[9], values[10]
+    p = snapshot["source"]["lsn"]
+    spanning = json.loads(json.dumps(first_after))
+    spanning["source"]["lsn"] = p - 4096  # written before the slot became consistent
+    spanning["source"]["sequence"] = json.dumps([None, str(p - 4096)])
+    assert version_of(spanning) < version_of(snapshot), "without P it loses to the snapshot row"
+    ranked = version_of(spanning, snapshot_lsn=lambda: p)
+    assert version_of(snapshot) < ranked < version_of(next_after)
+    # P never lowers a version: a transaction that began after P keeps its own LSN.
+    assert version_of(first_after, snapshot_lsn=lambda: p) == version_of(first_after)
+
+
+def test_snapshot_lsn_reads_back_over_the_first_transaction_to_the_snapshot_rows() -> None:
+    """``SnapshotLsns``' rule for each record it meets reading back, on the recorded envelopes."""
+    rank = [positions._rank_of(r["value"].encode()) for r in records("postgres-resnapshot")]
+    p = json.loads(records("postgres-resnapshot")[6]["value"])["source"]["lsn"]
+    assert rank[6:9] == [("snapshot", p)] * 3  # the new connector's snapshot: the answer
+    assert rank[9] == ("first", None)  # its first transaction: read on past it
+    assert rank[4] == ("streamed", None) and rank[10] == ("streamed", None)  # an earlier connector's stream: None
+    assert positions._rank_of(None) == (None, None)  # a tombstone: read on past it
+
+
 def test_mariadb_snapshot_rows_carry_a_binlog_position_and_no_gtid() -> None:
     source = json.loads(records("mariadb-resnapshot")[6]["value"])["source"]
     assert source["gtid"] is None and source["file"].startswith("mariadb-bin.") and source["pos"] > 0
