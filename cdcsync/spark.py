@@ -49,6 +49,9 @@ def connector_jars(jars_dir: Path | None = None) -> list[Path]:
     return [j for j in jars if _artifact(j) not in bundled]
 
 
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
+
+
 def default_master() -> str:
     """``local[2 x cores, 4]``: twice the task slots of the cores, and up to 4 attempts per task.
 
@@ -79,6 +82,8 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         .config("spark.databricks.delta.snapshotPartitions", os.environ.get("CDCSYNC_DELTA_SNAPSHOT_PARTITIONS", "2"))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log
+        # Only errors from the JVM's first line on (cdcsync/log4j2.properties): no start-up notices in the log.
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2}")
         # Arrow batches handed to the Python workers: bounded in bytes as well as rows (wide rows, sync/batching).
         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(8 * 1024 * 1024))
         # Parquet's vectorized reader reserves one contiguous buffer per column for a batch of rows: 4,096
@@ -89,5 +94,5 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    session.sparkContext.setLogLevel(os.environ.get("CDCSYNC_SPARK_LOG_LEVEL", "ERROR"))
     return session
