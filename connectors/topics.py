@@ -54,7 +54,7 @@ def topic_specs(source: SourceConfig) -> list[TopicSpec]:
 
 
 def admin(config: Config) -> AdminClient:
-    return AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers, "socket.timeout.ms": 10000})
+    return AdminClient({**config.kafka.client_config(), "socket.timeout.ms": 10000})
 
 
 def existing_topics(client: AdminClient) -> set[str]:

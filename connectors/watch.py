@@ -149,9 +149,7 @@ class CaptureWatch:
 
     def _heartbeat_end(self, source: SourceConfig) -> int:
         if self._consumer is None:
-            self._consumer = Consumer(
-                {"bootstrap.servers": self.config.kafka.bootstrap_servers, "group.id": "cdcsync-capture-watch"}
-            )
+            self._consumer = Consumer({**self.config.kafka.client_config(), "group.id": "cdcsync-capture-watch"})
         return int(self._consumer.get_watermark_offsets(TopicPartition(source.heartbeat_topic, 0), timeout=10)[1])
 
 

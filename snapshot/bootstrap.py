@@ -73,7 +73,7 @@ def consumer(config: Config, purpose: str) -> Consumer:
     """A plain consumer that only reads assigned partitions: it never commits, nor joins the follower's group."""
     return Consumer(
         {
-            "bootstrap.servers": config.kafka.bootstrap_servers,
+            **config.kafka.client_config(),
             "group.id": f"cdcsync-{purpose}",
             "enable.auto.commit": False,
             "enable.partition.eof": False,
@@ -175,9 +175,13 @@ def publish(sink: Sink, attempts: int = 6) -> None:
             time.sleep(delay)
 
 
+class Busy(FatalError):
+    """Another bootstrap or reindex of the follower holds its lock."""
+
+
 @contextmanager
 def follower_lock(base: Path, follower: str, what: str) -> Iterator[None]:
-    """Hold the follower's lock for the block, or refuse (``FatalError``, exit 1) while another run holds it.
+    """Hold the follower's lock for the block, or refuse (``Busy``, exit 1) while another run holds it.
 
     An ``flock`` on ``<state>/locks/<follower>.lock``: the OS releases it when
     the holder exits, however it dies, so a killed run never blocks the next
@@ -192,7 +196,7 @@ def follower_lock(base: Path, follower: str, what: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 1024, 0).decode(errors="replace").strip() or "a process that just started"
-            raise FatalError(
+            raise Busy(
                 f"follower {follower}: refusing `{what}`: another bootstrap or reindex of it is running ({holder}; "
                 f"lock {path}). Wait for it to end or stop that process; a killed one releases the lock by itself"
             ) from None

@@ -90,7 +90,7 @@ def bootstrap_from_source(
     connect = ConnectClient(config.connect.url)
     consumer = Consumer(
         {
-            "bootstrap.servers": config.kafka.bootstrap_servers,
+            **config.kafka.client_config(),
             "group.id": f"cdcsync-bootstrap-{cfg.name}",
             "enable.auto.commit": False,
             "enable.partition.eof": False,

@@ -42,7 +42,7 @@ def sample_sizes(
     """Sizes (key + value bytes) of up to ``SAMPLE`` records per partition, from each position (else the start)."""
     consumer = Consumer(
         {
-            "bootstrap.servers": config.kafka.bootstrap_servers,
+            **config.kafka.client_config(),
             "group.id": "cdcsync-batch-sizing",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

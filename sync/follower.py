@@ -189,9 +189,9 @@ def snapshot_record(change: Change, doc: Any = None) -> Record:
 class DeadLetters:
     """Poison records, with the reason and the source coordinates in headers."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, follower: str) -> None:
+    def __init__(self, kafka: dict[str, str], topic: str, follower: str) -> None:
         self.topic, self.follower = topic, follower
-        self._producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 5})
+        self._producer = Producer({**kafka, "enable.idempotence": True, "linger.ms": 5})
         self._errors: list[str] = []
 
     def send(self, record: Record, stage: str, reason: str) -> None:

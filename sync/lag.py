@@ -264,7 +264,7 @@ class LagReader:
         if self._consumer is None:
             self._consumer = Consumer(
                 {
-                    "bootstrap.servers": self.config.kafka.bootstrap_servers,
+                    **self.config.kafka.client_config(),
                     "group.id": "cdcsync-lag",
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,

@@ -167,7 +167,7 @@ def record_reindexed(config: Config, follower: str, offsets: Mapping[str, Mappin
 def partition_facts(config: Config, positions: Positions, timeout_s: float = 30) -> list[PartitionFacts]:
     """Ask the broker for each position's log bounds, horizon and next record's timestamp."""
     servers = config.kafka.bootstrap_servers
-    admin = AdminClient({"bootstrap.servers": servers, "socket.timeout.ms": 10000})
+    admin = AdminClient({**config.kafka.client_config(), "socket.timeout.ms": 10000})
     topics = sorted(t for t, parts in positions.items() if parts)
     if not topics:
         return []
@@ -181,7 +181,7 @@ def partition_facts(config: Config, positions: Positions, timeout_s: float = 30)
             raise FatalError(f"a followed topic does not exist: {err}; run `cdcsync connectors apply`") from None
         raise RetryableError(f"Kafka unreachable at {servers}: {err}") from None
     consumer = Consumer(
-        {"bootstrap.servers": servers, "group.id": "cdcsync-position-check", "enable.auto.commit": False}
+        {**config.kafka.client_config(), "group.id": "cdcsync-position-check", "enable.auto.commit": False}
     )
     try:
         facts, pending = [], []

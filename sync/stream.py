@@ -135,7 +135,7 @@ def build_follower(
         follower.name,
         sink,
         mappings,
-        DeadLetters(config.kafka.bootstrap_servers, follower.dlq_topic, follower.name),
+        DeadLetters(config.kafka.client_config(), follower.dlq_topic, follower.name),
         max_attempts=follower.sink_attempts,
         binlog_seq=BinlogPositions.of(config),
         snapshot_lsn=SnapshotLsns.of(config),

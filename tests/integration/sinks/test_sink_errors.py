@@ -77,7 +77,13 @@ def dead_letter_topic() -> Iterator[str]:
 
 def follower(sink: Sink, topic: str) -> Follower:
     # One attempt: a RetryableError fails the batch at once (the daemon's supervisor would restart it later).
-    return Follower("errors-test", sink, {TOPIC: MAPPING}, DeadLetters(KAFKA, topic, "errors-test"), max_attempts=1)
+    return Follower(
+        "errors-test",
+        sink,
+        {TOPIC: MAPPING},
+        DeadLetters({"bootstrap.servers": KAFKA}, topic, "errors-test"),
+        max_attempts=1,
+    )
 
 
 def assert_dead_letters_add_up(counts: BatchCounts, topic: str, rows: int) -> None:

@@ -1,0 +1,34 @@
+"""Every Kafka client cdcsync makes carries ``kafka.properties`` (SASL, SSL), not the bootstrap servers alone.
+
+A client built from ``bootstrap_servers`` only reaches a plaintext broker and
+fails against a secured one, on whichever path happens to use it (the
+dead-letter producer, the lag reader, the position check, ...). The clients
+take ``KafkaSettings.client_config()``; this test finds any that does not.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("cdcsync", "connectors", "sync", "snapshot")
+BARE = re.compile(r"""["']bootstrap\.servers["']\s*:""")
+
+
+def test_no_client_is_built_from_the_bootstrap_servers_alone() -> None:
+    bare = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if BARE.search(line) and path.name != "config.py"  # config.py is where client_config() builds them
+    ]
+    assert not bare, f"Kafka clients without kafka.properties: {bare}"
+
+
+def test_client_config_carries_the_properties() -> None:
+    from cdcsync.config import KafkaSettings
+
+    settings = KafkaSettings(bootstrap_servers="k:9093", properties={"security.protocol": "sasl_ssl"})
+    assert settings.client_config() == {"bootstrap.servers": "k:9093", "security.protocol": "sasl_ssl"}
