@@ -40,11 +40,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdcsync import metrics
 from cdcsync.config import ENV_PREFIX, MASK, Config
 from cdcsync.errors import FatalError
 from cdcsync.sync.follower import BatchCounts, Follower, arrow_records
@@ -79,13 +81,27 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
             counts = worker.process(batch_id, arrow_records(batches))
             yield pa.RecordBatch.from_pydict({"counts": [counts.to_json()]})
 
-        parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()
+        try:
+            parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()
+        except Exception as err:
+            count_failed_retries(name, str(err))
+            raise
         total = BatchCounts()
         for part in parts:
             total = total.merge(BatchCounts.from_json(part))
+        metrics.SINK_RETRIES.labels(name).inc(total.retries)  # the executors' retries of this batch
         follower.log_batch(batch_id, total, time.monotonic() - started)
 
     return batch
+
+
+FAILED_AFTER = re.compile(r"sink still failing after (\d+) attempts")
+
+
+def count_failed_retries(follower: str, error: str) -> None:
+    """A batch whose tasks gave up on the sink: count their retries, which no BatchCounts brings back."""
+    for attempts in FAILED_AFTER.findall(error):
+        metrics.SINK_RETRIES.labels(follower).inc(int(attempts) - 1)
 
 
 def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMapping]) -> Follower:

@@ -134,6 +134,7 @@ class BatchCounts:
     newest_commit_ms: dict[str, int] = field(default_factory=dict)  # table -> newest source commit applied
     lags_s: list[float] = field(default_factory=list)  # source commit -> written, per applied change
     waited_s: float = 0.0  # time parsing stood still, waiting for the sink
+    retries: int = 0  # writes retried after a retryable sink error (made on an executor, counted on the driver)
 
     def adds_up(self) -> bool:
         return self.consumed == self.applied + self.older + self.tombstones + self.dead_lettered
@@ -165,6 +166,7 @@ class BatchCounts:
             newest_commit_ms=dict(self.newest_commit_ms),
             lags_s=self.lags_s + other.lags_s,
             waited_s=self.waited_s + other.waited_s,
+            retries=self.retries + other.retries,
         )
         for op, n in other.applied_by_op.items():
             merged.applied_by_op[op] = merged.applied_by_op.get(op, 0) + n
@@ -314,7 +316,7 @@ class Follower:
                 mark = time.monotonic()
                 self._settle(*in_flight, counts)
                 counts.waited_s += time.monotonic() - mark
-            in_flight = (self._writer.submit(self._write, batch_id, chunk[0]), chunk)
+            in_flight = (self._writer.submit(self._write, batch_id, chunk[0], counts), chunk)
         if in_flight is not None:
             self._settle(*in_flight, counts)
         self.dead_letters.flush()
@@ -354,7 +356,7 @@ class Follower:
             counts.dead_lettered += 1
             self.dead_letters.send(record_of(row.change), "sink", reason)
 
-    def _write(self, batch_id: int, rows: list[Row]) -> WriteResult:
+    def _write(self, batch_id: int, rows: list[Row], counts: BatchCounts) -> WriteResult:
         delay = 0.5
         for attempt in range(1, self.max_attempts + 1):
             try:
@@ -365,7 +367,9 @@ class Follower:
                     raise RetryableError(
                         f"follower {self.name}: sink still failing after {attempt} attempts: {err}", err.retry_after
                     ) from err
-                metrics.SINK_RETRIES.labels(self.name).inc()
+                counts.retries += 1  # only this writer thread changes it while the chunk is in flight
+                if self.report:  # here, not at the end of a batch that may never end (the sink is down)
+                    metrics.SINK_RETRIES.labels(self.name).inc()
                 delay = min(max(delay * 2, err.retry_after), 30)
                 log.warning(
                     "follower=%s batch=%d attempt=%d retry_in_s=%.1f error=%s", self.name, batch_id, attempt, delay, err

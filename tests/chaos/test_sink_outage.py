@@ -150,6 +150,9 @@ def test_a_hung_then_killed_sink_is_waited_out_while_the_other_follower_keeps_go
             assert 'cdcsync_follower_restarts_total{follower="search"}' not in scraped
             restarts = re.search(r'cdcsync_follower_restarts_total\{follower="cache"\} (\S+)', scraped)
             assert restarts and float(restarts.group(1)) >= 1, scraped
+            # The cache's writes ran on Spark's Python workers; their retries reach the daemon's /metrics.
+            retries = re.search(r'cdcsync_sink_retries_total\{follower="cache"\} (\S+)', scraped)
+            assert retries and float(retries.group(1)) >= 1, scraped
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(120) == 0, log.read_text()[-3000:]
             daemon = None

@@ -168,3 +168,18 @@ def test_a_position_past_the_horizon_stops_only_that_follower(clock: Clock) -> N
     s.tick()
     assert [c.state for c in s.children] == ["stopped", "running"]
     assert not s.children[0].query.isActive
+
+
+def test_a_batch_that_gave_up_on_its_sink_counts_the_retries_its_error_reports() -> None:
+    from cdcsync import metrics
+    from cdcsync.sync.executors import count_failed_retries
+
+    counter = metrics.SINK_RETRIES.labels("retry-count-test")
+    before = counter._value.get()
+    error = (
+        "Job aborted due to stage failure: Task 1 in stage 7.0 failed 4 times, most recent failure: ... "
+        "cdcsync.errors.RetryableError: follower retry-count-test: sink still failing after 8 attempts: timed out"
+    )
+    count_failed_retries("retry-count-test", error)
+    count_failed_retries("retry-count-test", "an error that is not the sink's")
+    assert counter._value.get() - before == 7
