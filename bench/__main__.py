@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import ENV, cleanup, one_table_config, say
+from bench.common import ENV, cleanup, one_table_config, say, three_followers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,27 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     table = f"bench_{tag}"
     tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-"))
     wanted = args.sinks.split(",")
-    followers = [
-        f
-        for f in [
-            {
-                "name": "search",
-                "kind": "elasticsearch",
-                "url": f"http://127.0.0.1:{ENV['ES_PORT']}",
-                "prefix": f"{tag}-",
-            },
-            {"name": "cache", "kind": "redis", "url": f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0", "prefix": tag},
-            {"name": "warehouse", "kind": "delta", "path": str(tmp / "warehouse")},
-        ]
-        if f["name"] in wanted
-    ]
+    followers = three_followers(tag, tmp, wanted)
     for f in followers:
-        f.update(
-            dead_letter_topic=f"dlq.{tag}.{f['name']}",
-            checkpoint_dir=str(tmp / f"ckpt-{f['name']}"),
-            max_offsets_per_trigger=args.batch,
-            trigger_interval_s=1.0,
-        )
+        f.update(max_offsets_per_trigger=args.batch, trigger_interval_s=1.0)
     config = one_table_config(tag, table, followers, tmp, heartbeat_interval_ms=1000)
     source = config.sources[0]
     topic = source.topic(source.tables[0])

@@ -18,30 +18,46 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def one_table_doc(tag: str, table: str, followers: list[dict[str, Any]], state: Path, **source: Any) -> dict[str, Any]:
+    """The config document capturing ``public.<table>`` of the stack's Postgres as source ``tag``."""
+    return {
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
+        "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
+        "sources": [
+            {
+                "name": tag,
+                "kind": "postgres",
+                "port": int(ENV["PG_PORT"]),
+                "database": ENV["PG_DATABASE"],
+                "user": ENV["PG_USER"],
+                "password": ENV["PG_PASSWORD"],
+                "tables": [f"public.{table}"],
+                **source,
+            }
+        ],
+        "followers": followers,
+        "state_dir": str(state),
+    }
+
+
 def one_table_config(tag: str, table: str, followers: list[dict[str, Any]], state: Path, **source: Any) -> Any:
-    """A config capturing ``public.<table>`` of the stack's Postgres as source ``tag``, followed by ``followers``."""
+    """``one_table_doc``, loaded: a config followed by ``followers``."""
     from cdcsync.config import Config
 
-    return Config.model_validate(
-        {
-            "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
-            "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
-            "sources": [
-                {
-                    "name": tag,
-                    "kind": "postgres",
-                    "port": int(ENV["PG_PORT"]),
-                    "database": ENV["PG_DATABASE"],
-                    "user": ENV["PG_USER"],
-                    "password": ENV["PG_PASSWORD"],
-                    "tables": [f"public.{table}"],
-                    **source,
-                }
-            ],
-            "followers": followers,
-            "state_dir": str(state),
-        }
-    )
+    return Config.model_validate(one_table_doc(tag, table, followers, state, **source))
+
+
+def three_followers(tag: str, tmp: Path, wanted: list[str] | None = None) -> list[dict[str, Any]]:
+    """Elasticsearch, Redis and Delta followers on the local stack, each with its own names under ``tag``."""
+    followers = [
+        {"name": "search", "kind": "elasticsearch", "url": f"http://127.0.0.1:{ENV['ES_PORT']}", "prefix": f"{tag}-"},
+        {"name": "cache", "kind": "redis", "url": f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0", "prefix": tag},
+        {"name": "warehouse", "kind": "delta", "path": str(tmp / "warehouse")},
+    ]
+    chosen = [f for f in followers if wanted is None or f["name"] in wanted]
+    for f in chosen:
+        f.update(dead_letter_topic=f"dlq.{tag}.{f['name']}", checkpoint_dir=str(tmp / f"ckpt-{f['name']}"))
+    return chosen
 
 
 def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
@@ -66,3 +82,46 @@ def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
     r = redis.Redis(port=int(ENV["REDIS_PORT"]))
     for key in r.scan_iter(f"{tag}*", count=5000):
         r.delete(key)
+
+
+class PeakRss:
+    """The peak resident memory of a process and its descendants (the JVM, Spark's Python workers), sampled.
+
+    ``sample()`` reads ``/proc``; call it every half second or so. ``peak``
+    is the largest total seen, ``parts`` its split by kind at that moment.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, 0
+        self.parts: dict[str, int] = {}
+
+    def sample(self) -> int:
+        parents: dict[int, int] = {}
+        rss: dict[int, tuple[str, int]] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                status = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines() if ":" in line)
+            except OSError:  # gone meanwhile
+                continue
+            pid = int(entry.name)
+            parents[pid] = int(status["PPid"])
+            kb = int(status.get("VmRSS", "0 kB").split()[0])
+            rss[pid] = (status["Name"].strip(), kb * 1024)
+        tree, total, parts = {self.pid}, 0, dict[str, int]()
+        changed = True
+        while changed:
+            changed = False
+            for pid, parent in parents.items():
+                if parent in tree and pid not in tree:
+                    tree.add(pid)
+                    changed = True
+        for pid in tree:
+            name, size = rss.get(pid, ("?", 0))
+            kind = "jvm" if name == "java" else "python" if name.startswith("python") else name
+            parts[kind] = parts.get(kind, 0) + size
+            total += size
+        if total > self.peak:
+            self.peak, self.parts = total, parts
+        return total
