@@ -34,6 +34,13 @@ anyway needs nothing more (its fill covers everything); otherwise a run
 killed after 4 is caught up from its recorded E1b (step 5, and its
 ``record_reindexed``), and one killed during 4 is run again. Killed before 4,
 readers never saw the staged store and the next ``stage`` removes it.
+
+The daemon does not wait for that next reindex: ``cdcsync run`` calls
+``finish_killed`` each time it starts a follower, which catches up a run
+killed after its switch, and refuses to start the follower (it stops alone,
+naming the command) for one killed during its switch, where only running the
+reindex again is known to be right. ``killed_line`` is what ``verify`` and
+``status`` print while such a record exists.
 """
 
 from __future__ import annotations
@@ -48,8 +55,9 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import TopicPartition
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import ConfigError
+from cdcsync.errors import ConfigError, FatalError
 from cdcsync.snapshot.bootstrap import (
+    Busy,
     Offsets,
     Progress,
     Summary,
@@ -111,6 +119,48 @@ def unfinished(config: Config, follower: str) -> dict[str, Any] | None:
         return None
     record: dict[str, Any] = json.loads(path.read_text())
     return None if record.get("step") == "done" else record
+
+
+def killed_line(config: Config, follower: str) -> str | None:
+    """One line on the follower's killed reindex, with what to run; None if there is none to finish."""
+    killed = unfinished(config, follower)
+    if killed is None or killed["step"] == "staging":
+        return None  # killed before its switch: readers never saw the staged store
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(killed.get("updated_at") or killed["started_at"]))
+    table = f" --table {killed['table']}" if killed.get("table") else ""
+    if killed["step"] == "published":
+        return (
+            f"follower {follower}: a reindex{table} was killed after its switch ({since}): its new store lacks the "
+            f"changes of the switch window until `cdcsync run` starts the follower or `cdcsync reindex {follower}` "
+            "runs; either finishes it"
+        )
+    return (
+        f"follower {follower}: a reindex{table} was killed during its switch ({since}): some targets may be "
+        f"switched, others not; run `cdcsync reindex {follower}{table}` to finish it"
+    )
+
+
+def finish_killed(config: Config, cfg: FollowerConfig, spark: SparkSession | None) -> str | None:
+    """Finish a reindex of ``cfg`` killed after its switch; refuse one killed during it. Called by ``cdcsync run``.
+
+    None when there is nothing to finish: no record, the last reindex ended,
+    one killed before its switch, or a reindex of the follower is running
+    (it finishes the killed one itself). A run killed during its switch
+    raises ``FatalError``: the daemon stops this follower alone and names
+    the reindex to run.
+    """
+    if unfinished(config, cfg.name) is None:
+        return None
+    try:
+        with follower_lock(base_dir(config), cfg.name, f"run {cfg.name}: finishing a killed reindex"):
+            killed = unfinished(config, cfg.name)
+            if killed is None or killed["step"] == "staging":
+                return None
+            if killed["step"] == "publishing":
+                raise FatalError(str(killed_line(config, cfg.name)))
+            return _finish(config, cfg, spark, killed, mappings_for(config, cfg), None)
+    except Busy:
+        return None
 
 
 def _record(config: Config, follower: str, record: dict[str, Any], step: str, **fields: Any) -> None:
@@ -214,6 +264,7 @@ def _finish(
     if killed["step"] == "publishing":  # some targets may be switched, others not: run it again
         _run(config, cfg, spark, select(every, cfg, killed["table"]), killed["table"], progress)
         return f"ran again the reindex killed at step {killed['step']}"
+    step = killed["step"]  # _record below marks the record done
     mappings = {topic: m for topic, m in every.items() if topic in killed["topics"]}
     follower = build_follower(config, cfg, spark, mappings=mappings)  # the live store, as step 5
     caught_up = Summary(cfg.name)
@@ -226,7 +277,7 @@ def _finish(
     if killed["table"] is None:
         record_reindexed(config, cfg.name, offsets_json(e2))
     _record(config, cfg.name, killed, "done", caught_up_to=offsets_json(e2))
-    return f"caught up the reindex killed at step {killed['step']}: {caught_up.records:,} records"
+    return f"caught up the reindex killed at step {step}: {caught_up.records:,} records"
 
 
 def _high(marks: dict[TopicPartition, tuple[int, int]]) -> Offsets:

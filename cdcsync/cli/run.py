@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -63,7 +62,8 @@ def run(
     checkpoint; a restart resumes where it stopped. Followers fail alone: a
     failed one is restarted with a growing back-off while the others keep
     going, and one a restart cannot fix (bad config, a position past the
-    compaction horizon: run ``reindex``) is stopped alone, with the reason
+    compaction horizon, a reindex killed during its switch: run ``reindex``)
+    is stopped alone, with the reason
     in the log, in the metrics and at /healthz (``sync.supervisor``).
 
     Exit 0 after SIGTERM/SIGINT (queries stopped between batches), 1 when
@@ -71,6 +71,7 @@ def run(
     """
     from cdcsync import lagpage, metrics
     from cdcsync.connectors.watch import CaptureWatch
+    from cdcsync.snapshot.reindex import finish_killed
     from cdcsync.spark import spark_session
     from cdcsync.sync.position import check_position
     from cdcsync.sync.stream import build_follower, checkpoint_dir, start_query
@@ -86,10 +87,12 @@ def run(
     if not selected:
         raise click.UsageError("no followers configured")
     spark = spark_session("cdcsync", master)
-    spark.sparkContext.setLogLevel(os.environ.get("CDCSYNC_SPARK_LOG_LEVEL", "ERROR"))
     if once:
         queries = []
         for cfg in selected:
+            finished = finish_killed(config, cfg, spark)
+            if finished:
+                log.warning("follower=%s %s", cfg.name, finished)
             follower = build_follower(config, cfg, spark)
             queries.append(start_query(spark, config, cfg, follower, once=True))
         failed = False
@@ -107,6 +110,9 @@ def run(
         old = built.pop(cfg.name, None)
         if old is not None:
             _close_quietly(old)
+        finished = finish_killed(config, cfg, spark)  # a reindex killed after its switch left a window out
+        if finished:
+            log.warning("follower=%s %s", cfg.name, finished)
         follower = build_follower(config, cfg, spark)
         built[cfg.name] = follower
         query = start_query(spark, config, cfg, follower)

@@ -268,3 +268,41 @@ def test_a_second_reindex_is_refused_while_one_runs_and_a_killed_one_is_run_agai
         assert dirty(sc.config, spark, "cache") == []
         assert json.loads(again.stdout)["finished"] and "earlier reindex was killed" in again.stderr
         assert recorded_step(sc, "cache") == "done"
+
+
+def test_a_reindex_killed_after_its_switch_is_finished_when_the_daemon_starts_the_follower(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon applied a change to the old index just before the switch; the run died before its catch-up.
+
+    Readers are then on the new index without that change, and the daemon's
+    own position is past it: nothing would ever bring it back. ``status`` and
+    ``verify`` name the killed run, and starting the follower finishes it.
+    """
+    with table_scenario(spark, tmp_path) as (sc, t):
+        sc.run_once("search")
+
+        def daemon_applies_a_change() -> None:
+            execute("postgres", f"UPDATE {t} SET v = 4242 WHERE id = 10")
+            sc.run_once("search")  # the daemon's query, its checkpoint moved past the change
+
+        with killed_at(monkeypatch, "final catch-up", daemon_applies_a_change):
+            reindex(sc.config, sc.config.follower("search"), spark)
+        assert recorded_step(sc, "search") == "published"
+        config_path = tmp_path / "cdcsync.yaml"
+        config_path.write_text(yaml.safe_dump(sc.raw))
+        command = [sys.executable, "-m", "cdcsync", "--config", str(config_path)]
+
+        verify = subprocess.run([*command, "verify", "search"], capture_output=True, text=True, timeout=300)
+        assert verify.returncode == 1 and "stale=1" in verify.stdout, verify.stdout
+        assert "a reindex was killed after its switch" in verify.stderr and "cdcsync reindex search" in verify.stderr
+        status = subprocess.run([*command, "status", "--json"], capture_output=True, text=True, timeout=120)
+        assert any("reindex unfinished" in p for p in json.loads(status.stdout)["problems"]), status.stdout
+
+        run = subprocess.run([*command, "run", "--once", "search"], capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "caught up the reindex killed at step published" in run.stderr, run.stderr[-3000:]
+        assert recorded_step(sc, "search") == "done"
+        assert dirty(sc.config, spark, "search") == []
+        verify = subprocess.run([*command, "verify", "search"], capture_output=True, text=True, timeout=300)
+        assert verify.returncode == 0 and "killed" not in verify.stderr, (verify.stdout, verify.stderr)
