@@ -60,6 +60,11 @@ CAPTURE_HEALS = Counter(
     ["source", "action"],
 )
 
+SCHEMA_CHANGES = Counter(
+    "cdcsync_schema_changes_total",
+    "Times a follower met columns its mapping lacked and re-read the table's shape from the catalog",
+    ["follower", "table"],
+)
 SINK_RETRIES = Counter(
     "cdcsync_sink_retries_total", "Writes of a chunk retried after a retryable sink error", ["follower"]
 )

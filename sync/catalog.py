@@ -8,7 +8,7 @@ the rows themselves.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql  # type: ignore[import-untyped]
@@ -116,26 +116,42 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
     result: dict[str, TableMapping] = {}
     targets: dict[str, str] = {}
     for source, table in config.followed_tables(follower):
-        override = follower.mappings.get(str(table))
-        types, key_columns = columns(source, table)
-        if override:
-            types.update(override.types)
-        target = (override.target if override and override.target else table.table).lower()
-        if target in targets:
+        mapping = table_mapping(source, table, follower)
+        if mapping.target in targets:
             raise FatalError(
-                f"follower {follower.name}: {targets[target]} and {source.name}.{table} both map to "
-                f"{target!r}; set mappings.<table>.target for one of them"
+                f"follower {follower.name}: {targets[mapping.target]} and {source.name}.{table} both map to "
+                f"{mapping.target!r}; set mappings.<table>.target for one of them"
             )
-        targets[target] = f"{source.name}.{table}"
-        result[source.topic(table)] = TableMapping(
-            table=str(table),
-            target=target,
-            key_columns=key_columns,
-            include=tuple(override.include) if override and override.include is not None else None,
-            rename=dict(override.rename) if override else {},
-            types=types,
-        )
+        targets[mapping.target] = f"{source.name}.{table}"
+        result[source.topic(table)] = mapping
     return result
+
+
+def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfig) -> TableMapping:
+    """One table's mapping: its columns and key from the catalog as they are now, with the follower's overrides."""
+    override = follower.mappings.get(str(table))
+    types, key_columns = columns(source, table)
+    if override:
+        types.update(override.types)
+    return TableMapping(
+        table=str(table),
+        target=(override.target if override and override.target else table.table).lower(),
+        key_columns=key_columns,
+        include=tuple(override.include) if override and override.include is not None else None,
+        rename=dict(override.rename) if override else {},
+        types=types,
+    )
+
+
+def learner(config: Config, follower: FollowerConfig) -> Callable[[str], TableMapping]:
+    """``topic -> its table's mapping read anew``: how a follower learns a shape that changed while it runs."""
+    tables = {source.topic(table): (source, table) for source, table in config.followed_tables(follower)}
+
+    def learn(topic: str) -> TableMapping:
+        source, table = tables[topic]
+        return table_mapping(source, table, follower)
+
+    return learn
 
 
 def source_rows(source: SourceConfig, table: TableRef) -> Iterator[dict[str, Any]]:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from cdcsync import metrics
 from cdcsync.config import ENV_PREFIX, MASK, Config
 from cdcsync.errors import FatalError
-from cdcsync.sync.follower import BatchCounts, Follower, arrow_records
+from cdcsync.sync.follower import SHAPE_CHANGED, BatchCounts, Follower, arrow_records
 from cdcsync.sync.mapping import TableMapping
 
 if TYPE_CHECKING:
@@ -67,25 +67,36 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
     config_json = shipped_config(config, follower.name)
     # The snapshot-row lookup (MariaDB binlog positions) needs its sources' passwords: a worker builds its own
     # from the config its secrets file completes. The driver's, pickled, would carry the passwords in clear.
-    name, mappings, lookup = follower.name, follower.mappings, follower.binlog_seq is not None
+    name, lookup = follower.name, follower.binlog_seq is not None
 
     def batch(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        for attempt in (1, 2):
+            mappings = dict(follower.mappings)  # the tables' shapes as the driver knows them now, for this batch
 
-        def apply_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            import pyarrow as pa
+            def apply_partition(
+                batches: Iterable[pa.RecordBatch], mappings: dict[str, TableMapping] = mappings
+            ) -> Iterator[pa.RecordBatch]:
+                import pyarrow as pa
 
-            worker = _worker_follower(config_json, name, mappings)
-            if not lookup:
-                worker.binlog_seq = None
-            counts = worker.process(batch_id, arrow_records(batches))
-            yield pa.RecordBatch.from_pydict({"counts": [counts.to_json()]})
+                worker = _worker_follower(config_json, name, mappings)
+                worker.mappings = dict(mappings)
+                if not lookup:
+                    worker.binlog_seq = None
+                counts = worker.process(batch_id, arrow_records(batches))
+                yield pa.RecordBatch.from_pydict({"counts": [counts.to_json()]})
 
-        try:
-            parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()
-        except Exception as err:
-            count_failed_retries(name, str(err))
-            raise
+            try:
+                parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()
+                break
+            except Exception as err:
+                changed = set(SHAPE_CHANGED.findall(str(err)))
+                if attempt == 1 and changed:  # a table gained columns: the driver reads its shape, then again
+                    for topic in changed:
+                        follower.relearn(topic)
+                    continue
+                count_failed_retries(name, str(err))
+                raise
         total = BatchCounts()
         for part in parts:
             total = total.merge(BatchCounts.from_json(part))
@@ -118,6 +129,7 @@ def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMa
         # The driver opened the sink (indexes, aliases, scripts); a worker only writes to it.
         follower = build_follower(config, cfg, None, mappings=dict(mappings), open_sink=False)
         follower.report = False
+        follower.learn = None  # no source credentials here: a changed shape goes back to the driver (ShapeChanged)
         _followers[key] = follower
         while len(_followers) > KEEP:  # a long-lived worker (tests, a restarted query) meets many configs
             oldest = next(iter(_followers))

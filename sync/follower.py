@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -220,6 +221,16 @@ class DeadLetters:
             raise RetryableError(f"dead-letter topic {self.topic}: {remaining} undelivered, errors: {errors[:3]}")
 
 
+class ShapeChanged(RetryableError):
+    """A table's records carry columns its mapping lacks, and this process cannot read the catalog (an executor)."""
+
+    def __init__(self, topic: str, columns: Iterable[str]) -> None:
+        super().__init__(f"table shape changed: topic={topic} columns={','.join(sorted(columns))}")
+
+
+SHAPE_CHANGED = re.compile(r"table shape changed: topic=(\S+) ")
+
+
 class Follower:
     def __init__(
         self,
@@ -231,8 +242,12 @@ class Follower:
         report: bool = True,
         binlog_seq: BinlogSeq | None = None,
         snapshot_lsn: SnapshotLsn | None = None,
+        learn: Callable[[str], TableMapping] | None = None,
     ) -> None:
-        self.name, self.sink, self.mappings, self.dead_letters = name, sink, mappings, dead_letters
+        self.name, self.sink, self.dead_letters = name, sink, dead_letters
+        self.mappings = dict(mappings)  # topic -> mapping; a table's entry is replaced when its shape changes
+        self.learn = learn  # topic -> its mapping read anew from the catalog; None where it cannot be read
+        self._raw_columns: dict[str, frozenset[str]] = {}  # columns the catalog did not know either: kept as is
         self.binlog_seq = binlog_seq  # MariaDB snapshot rows' binlog positions -> GTID sequences (cdcsync.events)
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
@@ -272,6 +287,9 @@ class Follower:
                 mapping = self.mappings.get(record.topic)
                 if mapping is None:
                     raise PoisonRecord(f"topic {record.topic} has no mapping in follower {self.name}")
+                after = change.after
+                if after is not None and mapping.include is None and not after.keys() <= mapping.plan.keys():
+                    mapping = self._shape(record.topic, mapping, after.keys())
                 rows.append(map_row(change, mapping))
                 mapped.append(record)
             except PoisonRecord as err:
@@ -282,6 +300,31 @@ class Follower:
                 rows, mapped = [], []
         if rows:
             yield self._reduced(rows, mapped, counts)
+
+    def _shape(self, topic: str, mapping: TableMapping, columns: Iterable[str]) -> TableMapping:
+        """The mapping for a change that carries columns ``mapping`` lacks: the table's shape read anew."""
+        unknown = set(columns) - mapping.plan.keys() - self._raw_columns.get(topic, frozenset())
+        if not unknown:
+            return mapping
+        if self.learn is None:
+            raise ShapeChanged(topic, unknown)
+        learned = self.relearn(topic)
+        still = unknown - learned.plan.keys()
+        if still:  # dropped again already, or not a column the catalog lists: map it untyped, as before
+            self._raw_columns[topic] = self._raw_columns.get(topic, frozenset()) | still
+        return learned
+
+    def relearn(self, topic: str) -> TableMapping:
+        """Read the table's shape from the catalog, tell the sink, and map its changes by it from now on."""
+        if self.learn is None:
+            raise FatalError(f"follower {self.name}: cannot read the catalog here to learn {topic}'s columns")
+        old, new = self.mappings[topic], self.learn(topic)
+        self.sink.learn(new)
+        self.mappings[topic] = new
+        added = {c: k for c, k in new.types.items() if c not in old.types}
+        metrics.SCHEMA_CHANGES.labels(self.name, new.target).inc()
+        log.info("follower=%s table=%s learned_columns=%s", self.name, new.table, added or "none")
+        return new
 
     def _reduced(self, rows: list[Row], mapped: list[Record], counts: BatchCounts) -> Chunk:
         latest = last_per_key(rows)

@@ -26,7 +26,7 @@ from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
 from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
 from cdcsync.sync import batching, executors
-from cdcsync.sync.catalog import mappings_for
+from cdcsync.sync.catalog import learner, mappings_for
 from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, tune_gc
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.position import base_dir, check_position, checkpoint_dir, resume_position, start_file
@@ -139,6 +139,7 @@ def build_follower(
         max_attempts=follower.sink_attempts,
         binlog_seq=BinlogPositions.of(config),
         snapshot_lsn=SnapshotLsns.of(config),
+        learn=learner(config, follower),
     )
 
 

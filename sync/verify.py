@@ -53,11 +53,20 @@ def verify_follower(config: Config, follower: FollowerConfig, sink: Sink) -> lis
         report = TableReport(follower.name, f"{source.name}.{table}", mapping.target)
         expected: dict[str, str] = {}
         for row in source_rows(source, table):
-            expected[doc_id(row, mapping)] = fingerprint(sink.stored_form(canonical_doc(row, mapping)))
-        held = {ident: fingerprint(doc) for ident, (_version, doc) in sink.held(mapping.target).items()}
+            expected[doc_id(row, mapping)] = fingerprint(_present(sink.stored_form(canonical_doc(row, mapping))))
+        held = {ident: fingerprint(_present(doc)) for ident, (_version, doc) in sink.held(mapping.target).items()}
         report.source_rows, report.store_rows = len(expected), len(held)
         report.missing = sorted(set(expected) - set(held))
         report.extra = sorted(set(held) - set(expected))
         report.stale = sorted(i for i in set(expected) & set(held) if expected[i] != held[i])
         reports.append(report)
     return reports
+
+
+def _present(doc: dict[str, Any]) -> dict[str, Any]:
+    """A null field and an absent one are the same value: a row written before ADD COLUMN lacks the field.
+
+    Redis and Delta store no nulls anyway; Elasticsearch keeps an explicit
+    null in ``_source``, which every query treats as absent.
+    """
+    return {name: value for name, value in doc.items() if value is not None}

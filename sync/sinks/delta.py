@@ -67,6 +67,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any
@@ -134,6 +135,9 @@ class _Table:
     path: str
     kinds: dict[str, str | None]  # data column -> mapping kind (None: no declared type)
     history: str  # the change history table's path (used only with history=True)
+    learned: dict[str, str | None] = dataclass_field(
+        default_factory=dict
+    )  # columns the table gained, before rows bring them
 
 
 class DeltaSink:
@@ -156,6 +160,17 @@ class DeltaSink:
         for target, columns in self._wanted(mappings).items():
             self._tables[target] = self._open_table(f"{self.path}/{target}", columns)
             self._staged.discard(target)
+
+    def learn(self, mapping: TableMapping) -> None:
+        """Note the types of columns the table gained; the writer adds them with the first rows that carry them.
+
+        Not an ALTER here: the writer thread may be merging into the table at
+        this moment, and Delta fails a MERGE whose table's schema changed under it.
+        """
+        table = self._tables.get(mapping.target)
+        if table is not None:
+            wanted = self._wanted([mapping])[mapping.target]
+            table.learned.update({n: k for n, k in wanted.items() if n not in table.kinds})
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """A fresh staging table per target, beside the live one (module docstring)."""
@@ -292,11 +307,13 @@ class DeltaSink:
         new: dict[str, str | None] = {}
         for row in rows:
             try:
-                values = {n: _encode(table.kinds.get(n), v, n) for n, v in (row.doc or {}).items()}
+                values = {
+                    n: _encode(table.kinds.get(n, table.learned.get(n)), v, n) for n, v in (row.doc or {}).items()
+                }
             except (ValueError, TypeError, ArithmeticError) as err:
                 result.rejected.append((row, str(err)))
                 continue
-            new.update({n: None for n in values if n not in table.kinds})
+            new.update({n: table.learned.get(n) for n in values if n not in table.kinds})
             records.append((row, values))
         if not records:
             return result

@@ -166,6 +166,10 @@ class ElasticsearchSink:
 
     # ------------------------------------------------------------------ open
 
+    def learn(self, mapping: TableMapping) -> None:
+        """Put the new fields' explicit mapping before documents bring them (dynamic mapping would guess)."""
+        self.open([mapping])
+
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Create each target's index and alias if missing; add newly typed fields to existing ones."""
         for target, props in self._targets(mappings).items():

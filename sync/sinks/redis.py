@@ -181,6 +181,10 @@ class RedisSink:
             **{k: v for k, v in auth.items() if v is not None},
         )
 
+    def learn(self, mapping: TableMapping) -> None:
+        """Nothing to prepare: hash fields are canonical strings whatever the column's type."""
+        self.open([mapping])
+
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Check the target names and load the apply script (nothing else to create)."""
         for mapping in mappings:

@@ -1,0 +1,91 @@
+"""A follower meeting columns its mapping lacks (docs/schema-changes.md), on plain data.
+
+The integration test (tests/integration/test_schema_changes.py) proves the
+sinks converge; this one pins the rules of ``Follower._shape``: where the
+catalog can be read the table is learned once and the sink told first;
+where it cannot (an executor) the batch stops with ``ShapeChanged`` for the
+driver; a column the catalog does not know either is not asked for again.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cdcsync.sync.follower import SHAPE_CHANGED, DeadLetters, Follower, Record, ShapeChanged
+from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.sink import Row, WriteResult
+
+TOPIC = "src.public.t"
+
+
+class Sink:
+    name, chunk_rows = "memory", None
+
+    def __init__(self) -> None:
+        self.learned: list[TableMapping] = []
+        self.rows: list[Row] = []
+
+    def learn(self, mapping: TableMapping) -> None:
+        self.learned.append(mapping)
+
+    def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
+        assert all(set(r.doc or {}) <= set(self.learned[-1].types) | {"gone"} for r in rows if self.learned)
+        self.rows.extend(rows)
+        return WriteResult(applied=len(rows))
+
+
+def record(offset: int, after: dict[str, Any]) -> Record:
+    value = {
+        "op": "u",
+        "after": after,
+        "source": {"connector": "postgresql", "name": "src", "schema": "public", "table": "t",
+                   "sequence": json.dumps([str(1000 + offset * 100), str(1050 + offset * 100)])},
+        "transaction": {"total_order": 1},
+    }  # fmt: skip
+    return Record(TOPIC, 0, offset, json.dumps({"id": after["id"]}).encode(), json.dumps(value).encode())
+
+
+def follower(learn: Any) -> tuple[Follower, Sink]:
+    sink = Sink()
+    mapping = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int"})
+    dead = DeadLetters({"bootstrap.servers": "127.0.0.1:1"}, "dlq", "shape-test")
+    return Follower("shape-test", sink, {TOPIC: mapping}, dead, learn=learn), sink  # type: ignore[arg-type]
+
+
+def test_a_new_column_is_learned_once_and_the_sink_told_before_its_rows() -> None:
+    asked: list[str] = []
+
+    def learn(topic: str) -> TableMapping:
+        asked.append(topic)
+        return TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int", "born": "date"})
+
+    f, sink = follower(learn)
+    counts = f.process(1, [record(1, {"id": 1, "v": 1}), record(2, {"id": 2, "v": 2, "born": "2020-01-02"}),
+                           record(3, {"id": 3, "v": 3, "born": "2020-01-03"})])  # fmt: skip
+    assert asked == [TOPIC] and counts.applied == 3
+    assert [m.types.get("born") for m in sink.learned] == ["date"]
+    born = [r.doc["born"] for r in sink.rows if r.doc and "born" in r.doc]
+    assert [str(b) for b in born] == ["2020-01-02", "2020-01-03"]  # converted by the learned type, not raw text
+
+
+def test_a_column_the_catalog_does_not_know_is_asked_for_once() -> None:
+    asked: list[str] = []
+
+    def learn(topic: str) -> TableMapping:
+        asked.append(topic)
+        return TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int"})
+
+    f, sink = follower(learn)
+    f.process(1, [record(n, {"id": n, "v": n, "gone": "x"}) for n in range(1, 6)])
+    assert asked == [TOPIC] and len(sink.rows) == 5 and all(r.doc and r.doc["gone"] == "x" for r in sink.rows)
+
+
+def test_where_the_catalog_cannot_be_read_the_batch_stops_for_the_driver() -> None:
+    f, sink = follower(None)
+    with pytest.raises(ShapeChanged) as raised:
+        f.process(1, [record(1, {"id": 1, "v": 1, "born": "2020-01-02"})])
+    assert SHAPE_CHANGED.findall(f"Py4JJavaError: ... {raised.value} ...") == [TOPIC]
+    assert not sink.rows
