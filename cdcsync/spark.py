@@ -68,10 +68,15 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
 
     # Python workers (followers applying batches on executors) run this interpreter, which has cdcsync.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    master = master or os.environ.get("CDCSYNC_SPARK_MASTER")
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Under spark-submit (deploy/spark/submit.py) the JVM is already up with the submitted --master.
+        master = default_master()
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("CDCSYNC_SPARK_MASTER") or default_master())
-        .config("spark.jars", ",".join(str(j) for j in connector_jars()))
+        builder.config("spark.jars", ",".join(str(j) for j in connector_jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         # The driver runs every follower (and, locally, the executors): 2 GiB holds three followers' batches
