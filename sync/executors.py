@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from cdcsync import metrics
 from cdcsync.config import ENV_PREFIX, MASK, Config
 from cdcsync.errors import FatalError
-from cdcsync.sync.follower import SHAPE_CHANGED, BatchCounts, Follower, arrow_records
+from cdcsync.sync.follower import SHAPE_CHANGED, BatchCounts, Follower, arrow_records, shape_changed
 from cdcsync.sync.mapping import TableMapping
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMa
         # The driver opened the sink (indexes, aliases, scripts); a worker only writes to it.
         follower = build_follower(config, cfg, None, mappings=dict(mappings), open_sink=False)
         follower.report = False
-        follower.learn = None  # no source credentials here: a changed shape goes back to the driver (ShapeChanged)
+        follower.learn = shape_changed  # no source credentials here: a changed shape goes back to the driver
         _followers[key] = follower
         while len(_followers) > KEEP:  # a long-lived worker (tests, a restarted query) meets many configs
             oldest = next(iter(_followers))

@@ -224,8 +224,13 @@ class DeadLetters:
 class ShapeChanged(RetryableError):
     """A table's records carry columns its mapping lacks, and this process cannot read the catalog (an executor)."""
 
-    def __init__(self, topic: str, columns: Iterable[str]) -> None:
-        super().__init__(f"table shape changed: topic={topic} columns={','.join(sorted(columns))}")
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"table shape changed: topic={topic} (the driver reads its catalog and runs the batch again)")
+
+
+def shape_changed(topic: str) -> TableMapping:
+    """The ``learn`` of a follower on an executor: the driver learns the table, this batch stops."""
+    raise ShapeChanged(topic)
 
 
 SHAPE_CHANGED = re.compile(r"table shape changed: topic=(\S+) ")
@@ -246,7 +251,7 @@ class Follower:
     ) -> None:
         self.name, self.sink, self.dead_letters = name, sink, dead_letters
         self.mappings = dict(mappings)  # topic -> mapping; a table's entry is replaced when its shape changes
-        self.learn = learn  # topic -> its mapping read anew from the catalog; None where it cannot be read
+        self.learn = learn  # topic -> its mapping read anew from the catalog (executors: raise ShapeChanged)
         self._raw_columns: dict[str, frozenset[str]] = {}  # columns the catalog did not know either: kept as is
         self.binlog_seq = binlog_seq  # MariaDB snapshot rows' binlog positions -> GTID sequences (cdcsync.events)
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
@@ -306,8 +311,9 @@ class Follower:
         unknown = set(columns) - mapping.plan.keys() - self._raw_columns.get(topic, frozenset())
         if not unknown:
             return mapping
-        if self.learn is None:
-            raise ShapeChanged(topic, unknown)
+        if self.learn is None:  # a follower with no catalog to ask (tests, tools): map the columns untyped
+            self._raw_columns[topic] = self._raw_columns.get(topic, frozenset()) | unknown
+            return mapping
         learned = self.relearn(topic)
         still = unknown - learned.plan.keys()
         if still:  # dropped again already, or not a column the catalog lists: map it untyped, as before

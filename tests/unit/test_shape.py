@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cdcsync.sync.follower import SHAPE_CHANGED, DeadLetters, Follower, Record, ShapeChanged
+from cdcsync.sync.follower import SHAPE_CHANGED, DeadLetters, Follower, Record, ShapeChanged, shape_changed
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Row, WriteResult
 
@@ -83,9 +83,15 @@ def test_a_column_the_catalog_does_not_know_is_asked_for_once() -> None:
     assert asked == [TOPIC] and len(sink.rows) == 5 and all(r.doc and r.doc["gone"] == "x" for r in sink.rows)
 
 
-def test_where_the_catalog_cannot_be_read_the_batch_stops_for_the_driver() -> None:
-    f, sink = follower(None)
+def test_on_an_executor_the_batch_stops_for_the_driver() -> None:
+    f, sink = follower(shape_changed)
     with pytest.raises(ShapeChanged) as raised:
         f.process(1, [record(1, {"id": 1, "v": 1, "born": "2020-01-02"})])
     assert SHAPE_CHANGED.findall(f"Py4JJavaError: ... {raised.value} ...") == [TOPIC]
     assert not sink.rows
+
+
+def test_a_follower_with_no_catalog_keeps_new_columns_untyped() -> None:
+    f, sink = follower(None)
+    f.process(1, [record(1, {"id": 1, "v": 1, "born": "2020-01-02"})])
+    assert [r.doc for r in sink.rows] == [{"id": 1, "v": 1, "born": "2020-01-02"}] and not sink.learned
