@@ -224,7 +224,9 @@ class SnapshotLsns:
     same in every process, and cached for the life of the process. Picklable.
     """
 
-    WINDOW = 256  # records read back at first; doubled while no answer is found
+    WINDOW = 256  # records read at first, back and forward; doubled while no answer is found
+    MAX_WINDOW = 4096  # records held at once (wide rows: a window is at most a few hundred MB)
+    FORWARD = 200_000  # records read forward at most: a first transaction longer than that asks again
 
     def __init__(self, kafka: dict[str, str]) -> None:
         self.kafka = kafka
@@ -243,6 +245,12 @@ class SnapshotLsns:
         return {"kafka": self.kafka, "_lsns": {}}
 
     def _read_back(self, topic: str, partition: int, offset: int) -> None:
+        """Find the answer for ``offset``, and give it to every event of the same stretch, before and after.
+
+        The stretch is the run of events without a ``lastCommitLsn`` around
+        ``offset`` (the first transaction, possibly thousands of events): one
+        lookup serves all of them, read once back and once forward.
+        """
         consumer = Consumer(
             {
                 **self.kafka,
@@ -252,8 +260,8 @@ class SnapshotLsns:
             }
         )
         try:
-            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-            waiting, answer = [offset], None  # events of the same transaction(s) found on the way get the answer too
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            waiting, answer = [offset], None
             end, size = offset, self.WINDOW
             while end > low and answer is None:
                 start = max(low, end - size)
@@ -265,11 +273,22 @@ class SnapshotLsns:
                     if kind is not None:
                         answer = (lsn,) if kind == "snapshot" else (None,)
                         break
-                end, size = start, size * 2
+                end, size = start, min(size * 2, self.MAX_WINDOW)
+            start, size, stretch = offset + 1, self.WINDOW, True
+            while stretch and start < min(high, offset + 1 + self.FORWARD):
+                end = min(high, start + size)
+                for at, value in _read_range(consumer, topic, partition, start, end):
+                    kind, _lsn = _rank_of(value)
+                    if kind == "first":
+                        waiting.append(at)
+                    elif kind is not None:
+                        stretch = False  # the stretch ended: a later event is another question
+                        break
+                start, size = end, min(size * 2, self.MAX_WINDOW)
             for at in waiting:
                 self._lsns[(topic, partition, at)] = answer[0] if answer else None
         except KafkaException as err:
-            raise RetryableError(f"reading {topic}[{partition}] back from offset {offset}: {err}") from None
+            raise RetryableError(f"reading {topic}[{partition}] around offset {offset}: {err}") from None
         finally:
             consumer.close()
 
