@@ -119,7 +119,11 @@ class PeakRss:
                     changed = True
         for pid in tree:
             name, size = rss.get(pid, ("?", 0))
-            kind = "jvm" if name == "java" else "python" if name.startswith("python") else name
+            if name != "java" and not name.startswith("python"):
+                # A child the JVM forks to run a command (chmod, bash) shows the JVM's whole RSS until it
+                # execs, named after the forking thread: counting it would count the JVM twice.
+                continue
+            kind = "jvm" if name == "java" else "python"
             parts[kind] = parts.get(kind, 0) + size
             total += size
         if total > self.peak:
