@@ -198,6 +198,12 @@ def _postgres_major(source: dict[str, Any], snapshot_lsn: Callable[[], int | Non
     return _lsn_of(last_commit, "lastCommitLsn") >> LSN_SHIFT
 
 
+def _no_commit_yet(source: dict[str, Any]) -> bool:
+    """Whether the event may be of a connector's first transaction (no ``lastCommitLsn``): only those ask."""
+    sequence = source.get("sequence")
+    return not isinstance(sequence, str) or sequence.startswith("[null")
+
+
 def _lsn_of(value: Any, what: str) -> int:
     try:
         lsn = int(value)
@@ -275,7 +281,9 @@ def parse_record(
             source,
             connector,
             binlog_seq,
-            None if snapshot_lsn is None else lambda: snapshot_lsn(topic, partition, offset),
+            None
+            if snapshot_lsn is None or not _no_commit_yet(source)
+            else lambda: snapshot_lsn(topic, partition, offset),
         ),
         topic,
         partition,
