@@ -7,6 +7,9 @@ import pymysql  # type: ignore[import-untyped]
 
 from cdcsync.config import SourceConfig
 
+# What a connection attempt raises while the database is down or restarting (not a query's own error).
+UNREACHABLE: tuple[type[BaseException], ...] = (psycopg.OperationalError, pymysql.err.OperationalError, OSError)
+
 
 def connect_postgres(source: SourceConfig, timeout_s: int = 10, autocommit: bool = False) -> psycopg.Connection:
     return psycopg.connect(

@@ -40,6 +40,7 @@ from cdcsync import metrics
 from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors import restore
 from cdcsync.connectors.client import ConnectClient
+from cdcsync.db import UNREACHABLE
 from cdcsync.errors import CdcsyncError
 
 log = logging.getLogger("cdcsync.capture")
@@ -104,11 +105,7 @@ class CaptureWatch:
             state.problem = f"connector {name} is not registered; run `cdcsync connectors apply`"
             return
         if now >= state.next_restore_check:
-            state.next_restore_check = now + RESTORE_CHECK_S
-            found = restore.check(self.client, state.source) or ""
-            if found and found != state.went_back:
-                log.error("source=%s capture=went_back %s", name, found)
-            state.went_back = found
+            self._check_restore(state, now)
         failed = [t for t in status.get("tasks", []) if t.get("state") == "FAILED"]
         if status["connector"]["state"] == "FAILED" or failed:
             trace = (failed[0].get("trace") if failed else status["connector"].get("trace")) or ""
@@ -128,6 +125,18 @@ class CaptureWatch:
             return
         state.problem = f"RUNNING but no heartbeat for {age:.0f} s (every {state.source.heartbeat_interval_ms} ms)"
         self._heal(state, now, "restart_stalled", lambda: self._unstick(state.source))
+
+    def _check_restore(self, state: SourceState, now: float) -> None:
+        """Compare the database's log position with capture's offset; a database down now is asked next tick."""
+        try:
+            found = restore.check(self.client, state.source) or ""
+        except UNREACHABLE as err:  # restarting after a crash: its FAILED task must still be restarted below
+            log.info("source=%s restore_check=postponed error=%s", state.source.name, str(err).splitlines()[0])
+            return
+        state.next_restore_check = now + RESTORE_CHECK_S
+        if found and found != state.went_back:
+            log.error("source=%s capture=went_back %s", state.source.name, found)
+        state.went_back = found
 
     def _heal(self, state: SourceState, now: float, action: str, do: Callable[[], None]) -> None:
         if now < state.next_heal:

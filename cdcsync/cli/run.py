@@ -155,7 +155,10 @@ def _watch_capture(watch: Any) -> None:
     from cdcsync.connectors.watch import WATCH_S
 
     while True:
-        watch.tick()
+        try:
+            watch.tick()
+        except Exception:  # the watchdog outlives any one round: a thread that died would heal nothing, silently
+            logging.getLogger("cdcsync.capture").exception("capture watch round failed; the next one tries again")
         time.sleep(WATCH_S)
 
 

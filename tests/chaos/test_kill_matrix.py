@@ -92,9 +92,14 @@ def table_ddl(kind: str, table: str) -> str:
     return f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT NOT NULL, body {body} NOT NULL)"
 
 
-def verify_each(config_path: Path, since: float, within_s: float) -> dict[str, float | None]:
-    """``cdcsync verify --json`` every 5 s; per follower, seconds from ``since`` to its first clean report."""
+def verify_each(config_path: Path, since: float, within_s: float) -> tuple[dict[str, float | None], str]:
+    """``cdcsync verify --json`` every 5 s; per follower, seconds from ``since`` to its first clean report.
+
+    Also what the last run said of the followers that never came clean (the counts, or verify's stderr), for
+    the failure message: a red run in CI must say whether rows were missing, stale or extra, and where.
+    """
     clean: dict[str, float | None] = dict.fromkeys(FOLLOWERS)
+    last = ""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and any(v is None for v in clean.values()):
         todo = [f for f, v in clean.items() if v is None]
@@ -110,9 +115,11 @@ def verify_each(config_path: Path, since: float, within_s: float) -> dict[str, f
             mine = [r for r in reports if r["follower"] == follower]
             if mine and all(r["clean"] for r in mine):
                 clean[follower] = round(time.monotonic() - since)
+        dirty = [{k: v[:3] if isinstance(v, list) else v for k, v in r.items()} for r in reports if not r["clean"]]
+        last = f"verify exit {done.returncode}: {dirty} {done.stderr[-1500:]}"
         if any(v is None for v in clean.values()):
             time.sleep(5)
-    return clean
+    return clean, last
 
 
 def wait_healthy(component: str, within_s: float = 180) -> None:
@@ -169,10 +176,11 @@ def test_kill_matrix(how: str, component: str, tmp_path: Path) -> None:
         for w in writers:
             w.stop.set()
             w.thread.join(120)
-        converged = verify_each(config_path, restarted, within_s=600)
+        converged, last_verify = verify_each(config_path, restarted, within_s=600)
         RESULTS.append((row, converged, sum(w.changes for w in writers)))
         text = log.read_text(errors="replace")
-        assert all(v is not None for v in converged.values()), (converged, text[-4000:])
+        problems = "\n".join(line for line in text.splitlines() if " ERROR " in line or " WARNING " in line)
+        assert all(v is not None for v in converged.values()), (converged, last_verify, problems[-4000:], text[-3000:])
         assert daemon.poll() is None, text[-3000:]
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(150) == 0, log.read_text()[-3000:]

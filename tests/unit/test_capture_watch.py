@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cdcsync.config import Config
 from cdcsync.connectors import watch as w
 from cdcsync.connectors.watch import CaptureWatch, heal_backoff_s
@@ -48,9 +50,10 @@ class Connect:
 
 
 class Watch(CaptureWatch):
-    def __init__(self, connect: Connect) -> None:
+    def __init__(self, connect: Connect, kind: str = "mariadb") -> None:
         self.now, self.heartbeat = 0.0, 0
-        super().__init__(Config.model_validate({"sources": [SOURCE]}), client=connect, clock=lambda: self.now)  # type: ignore[arg-type]
+        config = Config.model_validate({"sources": [{**SOURCE, "kind": kind}]})
+        super().__init__(config, client=connect, clock=lambda: self.now)  # type: ignore[arg-type]
 
     def _heartbeat_end(self, source: Any) -> int:
         return self.heartbeat
@@ -115,3 +118,21 @@ def test_a_log_behind_what_capture_read_is_a_restore() -> None:
     assert went_back("mariadb", {"gtids": "0-1-345"}, "") is not None  # RESET MASTER: no GTID at all
     assert went_back("mariadb", {"gtids": "0-1-345"}, "0-1-345,1-1-3") is None
     assert went_back("mariadb", {"file": "b.000001", "pos": 4}, "0-1-1") is None  # an offset with no GTID yet
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+def test_a_database_still_down_does_not_stop_the_watch_restarting_its_failed_task(kind: str) -> None:
+    """The kill -9 of Postgres: its task FAILED while the database restarts, and the restore check cannot connect.
+
+    Port 1 refuses connections for real. The watch used to raise out of
+    ``tick`` here, which ended the daemon's watch thread: the FAILED task
+    was never restarted and capture stayed down for good.
+    """
+    connect = Connect()
+    connect.offsets = lambda name: [{"offset": {"lsn": 10, "gtids": "0-1-5"}}]  # type: ignore[method-assign]
+    connect.task = "FAILED"
+    watch = Watch(connect, kind=kind)
+    watch.tick()
+    assert connect.calls == ["restart"]
+    assert watch.sources[0].went_back == ""  # not known while the database is down: no restore is claimed
+    assert watch.sources[0].next_restore_check <= watch.now + w.WATCH_S  # tried again at the next tick
