@@ -68,6 +68,7 @@ Guarantees (``cdcsync.sync.sink``):
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -85,6 +86,8 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 
+log = logging.getLogger(__name__)
+
 VERSION_FIELD = "cdcsync_version"
 DELETED_FIELD = "cdcsync_deleted"
 FIRST_GENERATION = "000001"
@@ -94,8 +97,18 @@ PAGE = 1000
 DROP_GRACE_S = 3.0  # publish: how long requests that resolved the alias to the old index get to finish
 
 # Column type (sync.mapping.TYPES) -> field mapping. Types missing here stay dynamic.
+# A decimal is a double (range queries, sorting, aggregations) with its exact digits in ``<field>.exact``
+# (terms); ``_source`` keeps the exact text. scaled_float would be exact only up to 2^63 scaled units
+# (DECIMAL(38,10) overflows it) and lives in a module the local distribution leaves out
+# (docs/schema-changes.md, "Elasticsearch types"). ignore_malformed: Postgres' 'NaN' keeps its document.
+DECIMAL_FIELD: dict[str, Any] = {
+    "type": "double",
+    "ignore_malformed": True,
+    "fields": {"exact": {"type": "keyword"}},
+}
 FIELD_TYPES: dict[str, dict[str, Any]] = {
-    "decimal": {"type": "keyword"},  # the exact digits; a double would round them
+    "decimal": DECIMAL_FIELD,
+    "text": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}},  # = dynamic's
     "date": {"type": "date"},
     "timestamp": {"type": "date"},  # _source keeps the microseconds; the index has millisecond precision
     "time": {"type": "keyword"},  # a time of day has no date to parse
@@ -195,6 +208,7 @@ class ElasticsearchSink:
         alias_body = {"is_write_index": True, "filter": HIDE_MARKERS}
         for _attempt in range(2):  # a second pass only after losing a creation race
             if indices.exists_alias(name=alias):
+                props = self._keep_legacy_decimals(alias, props)
                 try:  # additive; a changed type is a 400, and only a reindex can apply it
                     indices.put_mapping(index=alias, properties=props)
                 except ApiError as err:
@@ -213,6 +227,26 @@ class ElasticsearchSink:
             except ApiError as err:
                 if _error_type(err.body) != "resource_already_exists_exception":
                     raise
+
+    def _keep_legacy_decimals(self, alias: str, props: dict[str, Any]) -> dict[str, Any]:
+        """Leave decimals an index of an earlier cdcsync mapped ``keyword`` as they are, and say how to upgrade.
+
+        Those fields still hold the exact digits, and readers' term queries work; a mapping cannot turn a
+        keyword into a double in place, so only a reindex (a new generation, mapped as today) makes them numbers.
+        """
+        held: dict[str, Any] = {}
+        for index in self._client.indices.get_mapping(index=alias).values():
+            held.update(index.get("mappings", {}).get("properties", {}))
+        legacy = [f for f, m in props.items() if m == DECIMAL_FIELD and held.get(f, {}).get("type") == "keyword"]
+        if legacy:
+            log.warning(
+                "index=%s decimal fields %s are keyword (mapped by an earlier cdcsync): exact, but no range "
+                "query or numeric sort; `cdcsync reindex %s` rebuilds them as numbers",
+                alias,
+                legacy,
+                self.name,
+            )
+        return {f: m for f, m in props.items() if f not in legacy}
 
     def _create(self, physical: str, props: dict[str, Any], aliases: dict[str, Any] | None = None) -> None:
         self._client.indices.create(

@@ -1,4 +1,4 @@
-"""Schema changes while streaming: a column added to a followed table (docs/schema-changes.md).
+"""Schema changes while streaming, and the sinks' natural types (docs/schema-changes.md).
 
 ADD COLUMN of several common types on Postgres and MariaDB, then rows
 written with them, with all three followers running: each sink must get
@@ -6,6 +6,10 @@ each new column with its natural type from its first row on (Delta: a
 typed column, not text; Elasticsearch: an explicit field mapping, not a
 dynamic guess), without a restart. A restart after it must not refuse the
 table, and every store must equal the source.
+
+Decimals in Elasticsearch are numbers: a range query and a sort on the
+field return what the same SQL returns, and ``<field>.exact`` matches the
+exact digits.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from tests.integration.followers import numbered_table, scenario
-from tests.support import ENV, execute, uid
+from tests.support import ENV, execute, maria_connect, pg_connect, uid
 
 ROWS = 20
 ADDED = {  # column -> (Postgres type, MariaDB type, Delta type, Elasticsearch field type)
     "b": ("int", "int", "bigint", "long"),
-    "price": ("numeric(10,2)", "decimal(10,2)", "decimal(38,10)", "keyword"),
+    "price": ("numeric(10,2)", "decimal(10,2)", "decimal(38,10)", "double"),
     "born": ("date", "date", "date", "date"),
     "note": ("text", "text", "string", None),
 }
@@ -69,3 +73,53 @@ def test_added_columns_arrive_typed_in_every_sink_without_a_restart(spark: Any, 
         sc.assert_converged()
         held = sc.held("warehouse", target)
         assert held["100"][1]["b"] == 7 and str(held["100"][1]["price"]).startswith("12.5"), held["100"]
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+def test_a_range_query_on_a_decimal_in_elasticsearch_returns_the_rows_sql_returns(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    t = f"price_{kind[:2]}_{uid()}"
+    ns = "public" if kind == "postgres" else "inventory"
+    # Distinct prices from -200 to ~800 with two decimals (37 and 1000 are coprime: no two ids share one).
+    ddl = [f"CREATE TABLE {t} (id INT PRIMARY KEY, price DECIMAL(12,2))"]
+    ddl.append(
+        f"INSERT INTO {t} SELECT g, (g * 37 % 1000) - 200 + g / 100.0 FROM generate_series(1, 60) g"
+        if kind == "postgres"
+        else f"INSERT INTO {t} SELECT seq, CAST(seq * 37 % 1000 AS SIGNED) - 200 + seq / 100.0 FROM seq_1_to_60"
+    )
+    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, {kind: ddl}) as sc:
+        nan = []
+        if kind == "postgres":  # numeric's NaN: no number to index; the document and its exact text stay
+            execute(kind, f"INSERT INTO {t} VALUES (61, 'NaN')")
+            nan = [61]
+        sc.run_once("search")
+        sc.assert_converged("search")
+
+        target = sc.followers["search"].mappings[next(iter(sc.followers["search"].mappings))].target
+        es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
+        index = f"{sc.tag}-{target}"
+
+        def es_ids(query: dict[str, Any], sort: list[Any] | None = None, size: int = 100) -> list[int]:
+            found = es.search(index=index, query=query, sort=sort, size=size, source=False)
+            return [int(hit["_id"]) for hit in found["hits"]["hits"]]
+
+        def sql_ids(where: str, order: str = "id") -> list[int]:
+            conn = pg_connect() if kind == "postgres" else maria_connect()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f"SELECT id FROM {t} WHERE {where} ORDER BY {order}")
+                    return [row[0] for row in cur.fetchall()]
+            finally:
+                conn.close()
+
+        in_range = es_ids({"range": {"price": {"gte": 10.5, "lte": 500}}}, sort=[{"id": "asc"}])
+        assert in_range == sql_ids("price BETWEEN 10.5 AND 500") and len(in_range) > 10, in_range
+        numbers = "id NOT IN (61)" if nan else "1 = 1"
+        top = es_ids({"match_all": {}}, sort=[{"price": "desc"}], size=10)
+        assert top == sql_ids(numbers, order="price DESC")[:10], top
+        assert es_ids({"term": {"price.exact": "-162.99"}}) == [1]  # 37 - 200 + 0.01: the exact digits
+        if nan:
+            assert es_ids({"term": {"price.exact": "NaN"}}) == nan
+        mapping = next(iter(es.indices.get_mapping(index=index).values()))["mappings"]["properties"]["price"]
+        assert mapping["type"] == "double" and mapping["fields"]["exact"]["type"] == "keyword", mapping

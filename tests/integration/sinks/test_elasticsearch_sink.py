@@ -107,7 +107,7 @@ def test_open_creates_a_typed_index_behind_a_filtered_write_alias_and_is_idempot
     assert alias["is_write_index"] is True and "filter" in alias
     props = es.indices.get_mapping(index=f"{prefix}items")[f"{prefix}items-000001"]["mappings"]["properties"]
     assert {f: props[f]["type"] for f in ("price", "born", "at", "blob", "ok", "n", "ratio", "opens", "ref")} == {
-        "price": "keyword",
+        "price": "double",
         "born": "date",
         "at": "date",
         "blob": "binary",
@@ -286,4 +286,24 @@ def test_reopening_with_a_changed_column_type_fails_asking_for_a_reindex(prefix:
     with pytest.raises(FatalError, match="reindex"):
         sink.open([TableMapping("public.items", "items", types={**TYPES, "n": "date"})])
     sink.open([TableMapping("public.items", "items", types={**TYPES, "added": "decimal"})])  # additive: fine
+    sink.close()
+
+
+def test_an_index_whose_decimals_an_earlier_release_mapped_keyword_still_opens_and_says_how_to_upgrade(
+    es: Elasticsearch, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    alias = f"{prefix}items"
+    es.indices.create(
+        index=f"{alias}-000001",
+        mappings={"properties": {"price": {"type": "keyword"}}},
+        aliases={alias: {"is_write_index": True}},
+    )
+    sink = ElasticsearchSink("es-test", ES_URL, index_prefix=prefix)
+    with caplog.at_level("WARNING"):
+        sink.open([TableMapping("public.items", "items", types=TYPES)])  # no FatalError: the old field stays
+    assert "cdcsync reindex es-test" in caplog.text and "['price']" in caplog.text
+    props = es.indices.get_mapping(index=alias)[f"{alias}-000001"]["mappings"]["properties"]
+    assert props["price"] == {"type": "keyword"} and props["born"]["type"] == "date"  # the rest is added
+    assert sink.write(1, [upsert("items", 1, 5, price=Decimal("12.50"))]).applied == 1
+    assert sink.held("items")["1"][1]["price"] == "12.50"
     sink.close()
