@@ -49,8 +49,9 @@ from typing import TYPE_CHECKING, Any
 from cdcsync import metrics
 from cdcsync.config import ENV_PREFIX, MASK, Config
 from cdcsync.errors import FatalError
-from cdcsync.sync.follower import SHAPE_CHANGED, BatchCounts, Follower, arrow_records, shape_changed
+from cdcsync.sync.follower import BatchCounts, Follower, arrow_records
 from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.shape import shape_changed, shapes_changed
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,10 +91,10 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
                 parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()
                 break
             except Exception as err:
-                changed = set(SHAPE_CHANGED.findall(str(err)))
-                if attempt == 1 and changed:  # a table gained columns: the driver reads its shape, then again
-                    for topic in changed:
-                        follower.relearn(topic)
+                changed = shapes_changed(str(err))
+                if attempt == 1 and changed:  # a table's shape changed: the driver reads it, then again
+                    for topic, (unknown, lacking) in changed.items():
+                        follower.relearn(topic, unknown, lacking)
                     continue
                 count_failed_retries(name, str(err))
                 raise

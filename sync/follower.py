@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,6 +36,7 @@ from confluent_kafka import Producer
 from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import BinlogSeq, Change, PoisonRecord, SnapshotLsn, parse_record
+from cdcsync.sync import shape
 from cdcsync.sync.mapping import TableMapping, map_row
 from cdcsync.sync.sink import Row, Sink, WriteResult
 
@@ -221,21 +221,6 @@ class DeadLetters:
             raise RetryableError(f"dead-letter topic {self.topic}: {remaining} undelivered, errors: {errors[:3]}")
 
 
-class ShapeChanged(RetryableError):
-    """A table's records carry columns its mapping lacks, and this process cannot read the catalog (an executor)."""
-
-    def __init__(self, topic: str) -> None:
-        super().__init__(f"table shape changed: topic={topic} (the driver reads its catalog and runs the batch again)")
-
-
-def shape_changed(topic: str) -> TableMapping:
-    """The ``learn`` of a follower on an executor: the driver learns the table, this batch stops."""
-    raise ShapeChanged(topic)
-
-
-SHAPE_CHANGED = re.compile(r"table shape changed: topic=(\S+) ")
-
-
 class Follower:
     def __init__(
         self,
@@ -252,7 +237,6 @@ class Follower:
         self.name, self.sink, self.dead_letters = name, sink, dead_letters
         self.mappings = dict(mappings)  # topic -> mapping; a table's entry is replaced when its shape changes
         self.learn = learn  # topic -> its mapping read anew from the catalog (executors: raise ShapeChanged)
-        self._raw_columns: dict[str, frozenset[str]] = {}  # columns the catalog did not know either: kept as is
         self.binlog_seq = binlog_seq  # MariaDB snapshot rows' binlog positions -> GTID sequences (cdcsync.events)
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
@@ -293,7 +277,7 @@ class Follower:
                 if mapping is None:
                     raise PoisonRecord(f"topic {record.topic} has no mapping in follower {self.name}")
                 after = change.after
-                if after is not None and mapping.include is None and not after.keys() <= mapping.plan.keys():
+                if after is not None and mapping.include is None and after.keys() != mapping.plan.keys():
                     mapping = self._shape(record.topic, mapping, after.keys())
                 rows.append(map_row(change, mapping))
                 mapped.append(record)
@@ -307,29 +291,41 @@ class Follower:
             yield self._reduced(rows, mapped, counts)
 
     def _shape(self, topic: str, mapping: TableMapping, columns: Iterable[str]) -> TableMapping:
-        """The mapping for a change that carries columns ``mapping`` lacks: the table's shape read anew."""
-        unknown = set(columns) - mapping.plan.keys() - self._raw_columns.get(topic, frozenset())
-        if not unknown:
+        """The mapping for a change whose columns differ from ``mapping``'s: the table's shape read anew."""
+        unknown, lacking = shape.differences(mapping, columns)
+        if not unknown and not lacking:  # what this follower learned already
             return mapping
-        if self.learn is None:  # a follower with no catalog to ask (tests, tools): map the columns untyped
-            self._raw_columns[topic] = self._raw_columns.get(topic, frozenset()) | unknown
-            return mapping
-        learned = self.relearn(topic)
-        still = unknown - learned.plan.keys()
-        if still:  # dropped again already, or not a column the catalog lists: map it untyped, as before
-            self._raw_columns[topic] = self._raw_columns.get(topic, frozenset()) | still
-        return learned
+        if self.learn is None:  # no catalog to ask (tests, tools): new columns untyped, absent ones allowed
+            self.mappings[topic] = shape.untyped(mapping, unknown, lacking)
+            return self.mappings[topic]
+        return self.relearn(topic, unknown, lacking)
 
-    def relearn(self, topic: str) -> TableMapping:
-        """Read the table's shape from the catalog, tell the sink, and map its changes by it from now on."""
+    def relearn(
+        self, topic: str, unknown: frozenset[str] = shape.NONE, lacking: frozenset[str] = shape.NONE
+    ) -> TableMapping:
+        """Read the table's shape from the catalog, tell the sink, and map its changes by it from now on.
+
+        ``unknown`` and ``lacking``: the columns a change brought that the
+        mapping did not know, and those it knows that the change lacked. The
+        columns the table lost are forgotten by the sink, in every row, before
+        any later row is written (docs/schema-changes.md).
+        """
         if self.learn is None:
             raise FatalError(f"follower {self.name}: cannot read the catalog here to learn {topic}'s columns")
-        old, new = self.mappings[topic], self.learn(topic)
+        old = self.mappings[topic]
+        try:
+            fresh = self.learn(topic)
+        except shape.ShapeChanged:  # an executor: the driver learns, told what the change brought and lacked
+            raise shape.ShapeChanged(topic, unknown, lacking) from None
+        new, lost = shape.learned(old, fresh, unknown, lacking)
         self.sink.learn(new)
+        if lost:
+            self.sink.forget(new.target, sorted(old.rename.get(c, c) for c in lost))
         self.mappings[topic] = new
         added = {c: k for c, k in new.types.items() if c not in old.types}
         metrics.SCHEMA_CHANGES.labels(self.name, new.target).inc()
-        log.info("follower=%s table=%s learned_columns=%s", self.name, new.table, added or "none")
+        log.info("follower=%s table=%s learned_columns=%s dropped_columns=%s", self.name, new.table,
+                 added or "none", sorted(lost) or "none")  # fmt: skip
         return new
 
     def _reduced(self, rows: list[Row], mapped: list[Record], counts: BatchCounts) -> Chunk:

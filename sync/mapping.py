@@ -53,6 +53,13 @@ class TableMapping:
     include: tuple[str, ...] | None = None  # None: every column
     rename: Mapping[str, str] = field(default_factory=dict)
     types: Mapping[str, str] = field(default_factory=dict)  # column -> one of TYPES
+    # What a running follower learned of the table's shape since (docs/schema-changes.md): columns changes
+    # carry that the catalog does not list (kept as they are), columns the table lost (older changes that
+    # still carry them write them no more), columns the catalog lists that changes may lack (written before
+    # an ADD COLUMN, or a mapping's type for a column the source does not have).
+    untyped: frozenset[str] = frozenset()
+    dropped: frozenset[str] = frozenset()
+    may_lack: frozenset[str] = frozenset()
     # column -> (field name, type, converter or None); what map_row looks up once per column of a change
     plan: Mapping[str, tuple[str, str | None, Any]] = field(init=False, repr=False, compare=False)
     # (key column, type, id text function or None for str), in key order; what doc_id looks up per change
@@ -60,7 +67,7 @@ class TableMapping:
     plain_key: str | None = field(init=False, repr=False, compare=False)  # the one key column, if its id is str()
 
     def __post_init__(self) -> None:
-        columns = self.include if self.include is not None else tuple(self.types)
+        columns = self.include if self.include is not None else (*self.types, *sorted(self.untyped - set(self.types)))
         kinds = {c: self.types.get(c) for c in columns}
         plan = {c: (self.rename.get(c, c), kind, _CONVERTERS.get(kind or "")) for c, kind in kinds.items()}
         object.__setattr__(self, "plan", plan)
@@ -245,7 +252,7 @@ def map_row(change: Change, mapping: TableMapping) -> Row:
     for column, value in change.after.items():
         step = plan.get(column)
         if step is None:  # not in the catalog's types when the mapping was built (a column added since)
-            if every_column:
+            if every_column and column not in mapping.dropped:
                 doc[mapping.rename.get(column, column)] = value
             continue
         name, kind, converter = step

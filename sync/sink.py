@@ -123,6 +123,14 @@ class Sink(Protocol):
         """The table gained columns (``mapping`` is its new shape): take their types before rows bring them."""
         ...
 
+    def forget(self, target: str, fields: Sequence[str]) -> None:
+        """The table lost these columns (DROP COLUMN): remove the fields from every row of ``target``.
+
+        Done before any row written after this call; versions stay as they are, so the apply rule still
+        orders every later change (and a replayed older one is still refused).
+        """
+        ...
+
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult: ...
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]: ...

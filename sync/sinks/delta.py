@@ -138,6 +138,7 @@ class _Table:
     learned: dict[str, str | None] = dataclass_field(
         default_factory=dict
     )  # columns the table gained, before rows bring them
+    forgotten: set[str] = dataclass_field(default_factory=set)  # columns the table lost, to drop before a write
 
 
 class DeltaSink:
@@ -171,6 +172,20 @@ class DeltaSink:
         if table is not None:
             wanted = self._wanted([mapping])[mapping.target]
             table.learned.update({n: k for n, k in wanted.items() if n not in table.kinds})
+
+    def forget(self, target: str, fields: Sequence[str]) -> None:
+        """Note the columns the table lost; the writer drops them, in one new table version, before its next write.
+
+        Not here, for the reason ``learn`` gives. Delta drops a column in
+        place only with column mapping (a table protocol older readers cannot
+        read); the table is rewritten without it instead, which readers see
+        at once, as one commit.
+        """
+        table = self._tables.get(target)
+        if table is not None:
+            table.forgotten.update(fields)
+            for name in fields:
+                table.learned.pop(name, None)
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """A fresh staging table per target, beside the live one (module docstring)."""
@@ -301,7 +316,20 @@ class DeltaSink:
             self._spark.sql(f"ALTER TABLE delta.{_quote(table.path)} ADD COLUMNS ({listed})")
         table.kinds.update(columns)
 
+    def _drop_columns(self, table: _Table) -> None:
+        gone = sorted(table.forgotten & table.kinds.keys())
+        table.forgotten.clear()
+        if not gone:
+            return
+        with _spark_errors(f"dropping columns {gone} from {table.path}"):
+            rows = self._spark.read.format("delta").load(table.path).drop(*gone)
+            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(table.path)
+        for name in gone:
+            del table.kinds[name]
+        log.info("sink=%s table=%s dropped_columns=%s", self.name, table.path, gone)
+
     def _write_target(self, table: _Table, rows: list[Row]) -> WriteResult:
+        self._drop_columns(table)
         result = WriteResult()
         records: list[tuple[Row, dict[str, Any]]] = []
         new: dict[str, str | None] = {}
@@ -429,7 +457,10 @@ def _decode(kind: str | None, value: Any) -> Any:
         return time.fromisoformat(value)
     if kind in KINDS:
         return bytes(value) if isinstance(value, bytearray) else value
-    return json.loads(value)
+    try:
+        return json.loads(value)
+    except ValueError:  # a column the mapping no longer types (dropped from the source): its value as stored
+        return value
 
 
 def _stored(value: Any) -> Any:

@@ -248,6 +248,44 @@ class ElasticsearchSink:
             )
         return {f: m for f, m in props.items() if f not in legacy}
 
+    def forget(self, target: str, fields: Sequence[str]) -> None:
+        """Remove ``fields`` from every document of ``target`` (DROP COLUMN), at the version each one has.
+
+        Rounds of a search for documents still holding one of the fields, each
+        written back without them with ``version_type=external_gte`` and its
+        own version: the apply rule's order is untouched, and a document
+        changed meanwhile (a higher version) is left to that change. The
+        mapping keeps the fields (Elasticsearch cannot remove one); no
+        document has them.
+        """
+        index = self.physical(target)
+        holding = {"bool": {"should": [{"exists": {"field": f}} for f in fields], "minimum_should_match": 1}}
+        removed = 0
+        while True:
+            self._call(f"refresh {index}", self._client.indices.refresh, index=index)
+            found = self._call(
+                f"search {index}", self._client.search, index=index, query=holding, size=PAGE, version=True
+            )
+            hits = found["hits"]["hits"]
+            if not hits:
+                break
+            operations: list[dict[str, Any]] = []
+            for hit in hits:
+                doc = {k: v for k, v in hit["_source"].items() if k not in fields}
+                operations += [
+                    {"index": {"_index": hit["_index"], "_id": hit["_id"], "version": hit["_version"],
+                               "version_type": "external_gte"}},
+                    doc,
+                ]  # fmt: skip
+            answer = self._call(f"bulk {index}", self._client.bulk, operations=operations, filter_path=BULK_ANSWER)
+            statuses = [next(iter(item.values()))["status"] for item in answer.get("items", [])]
+            done = sum(1 for s in statuses if s < 300)
+            failed = [s for s in statuses if s >= 300 and s != 409]
+            if failed or not done:
+                raise RetryableError(f"index {index}: removing fields {list(fields)} failed (statuses {failed[:5]})")
+            removed += done
+        log.info("index=%s dropped_fields=%s documents=%d", index, list(fields), removed)
+
     def _create(self, physical: str, props: dict[str, Any], aliases: dict[str, Any] | None = None) -> None:
         self._client.indices.create(
             index=physical,

@@ -104,6 +104,7 @@ that string.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -126,6 +127,8 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
+
+log = logging.getLogger(__name__)
 
 VERSION_FIELD = "_v"
 CHUNK = 1000  # commands per pipeline round trip: bounds client and server buffers on huge batches
@@ -190,6 +193,32 @@ class RedisSink:
         for mapping in mappings:
             self._check_target(mapping.target)
         self._load_script()
+
+    def forget(self, target: str, fields: Sequence[str]) -> None:
+        """Remove ``fields`` from every row hash of ``target`` (DROP COLUMN); ``_v`` stays, so versions still order."""
+        self._check_target(target)
+        head = f"{self._space}:{target}:"
+        keys = 0
+        try:
+            batch: list[str] = []
+            for key in self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT):
+                batch.append(key)
+                if len(batch) >= SCAN_COUNT:
+                    keys += self._hdel(batch, fields)
+                    batch = []
+            keys += self._hdel(batch, fields)
+        except RedisError as err:
+            raise self._mapped(err, "forget") from None
+        log.info("prefix=%s target=%s dropped_fields=%s rows=%d", self._space, target, list(fields), keys)
+
+    def _hdel(self, keys: list[str], fields: Sequence[str]) -> int:
+        pipe = self._client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hdel(key, *fields)
+        for reply in pipe.execute(raise_on_error=False):
+            if isinstance(reply, RedisError) and classify(reply) != "reject":  # WRONGTYPE: not a row hash
+                raise reply
+        return len(keys)
 
     def row_key(self, target: str, doc_id: str, space: str | None = None) -> str:
         return f"{space or self._space}:{target}:{doc_id}"

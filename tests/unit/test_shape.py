@@ -4,18 +4,21 @@ The integration test (tests/integration/test_schema_changes.py) proves the
 sinks converge; this one pins the rules of ``Follower._shape``: where the
 catalog can be read the table is learned once and the sink told first;
 where it cannot (an executor) the batch stops with ``ShapeChanged`` for the
-driver; a column the catalog does not know either is not asked for again.
+driver; a column the catalog does not know either is not asked for again; a
+column the catalog lost, that changes lack, is forgotten by the sink.
 """
 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from cdcsync.sync.follower import SHAPE_CHANGED, DeadLetters, Follower, Record, ShapeChanged, shape_changed
+from cdcsync.sync.follower import DeadLetters, Follower, Record
 from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.shape import ShapeChanged, shape_changed, shapes_changed
 from cdcsync.sync.sink import Row, WriteResult
 
 TOPIC = "src.public.t"
@@ -27,9 +30,13 @@ class Sink:
     def __init__(self) -> None:
         self.learned: list[TableMapping] = []
         self.rows: list[Row] = []
+        self.forgotten: list[tuple[str, list[str]]] = []
 
     def learn(self, mapping: TableMapping) -> None:
         self.learned.append(mapping)
+
+    def forget(self, target: str, fields: list[str]) -> None:
+        self.forgotten.append((target, list(fields)))
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
         assert all(set(r.doc or {}) <= set(self.learned[-1].types) | {"gone"} for r in rows if self.learned)
@@ -48,9 +55,9 @@ def record(offset: int, after: dict[str, Any]) -> Record:
     return Record(TOPIC, 0, offset, json.dumps({"id": after["id"]}).encode(), json.dumps(value).encode())
 
 
-def follower(learn: Any) -> tuple[Follower, Sink]:
+def follower(learn: Any, types: dict[str, str] | None = None) -> tuple[Follower, Sink]:
     sink = Sink()
-    mapping = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int"})
+    mapping = TableMapping("public.t", "t", ("id",), types=types or {"id": "int", "v": "int"})
     dead = DeadLetters({"bootstrap.servers": "127.0.0.1:1"}, "dlq", "shape-test")
     return Follower("shape-test", sink, {TOPIC: mapping}, dead, learn=learn), sink  # type: ignore[arg-type]
 
@@ -87,7 +94,7 @@ def test_on_an_executor_the_batch_stops_for_the_driver() -> None:
     f, sink = follower(shape_changed)
     with pytest.raises(ShapeChanged) as raised:
         f.process(1, [record(1, {"id": 1, "v": 1, "born": "2020-01-02"})])
-    assert SHAPE_CHANGED.findall(f"Py4JJavaError: ... {raised.value} ...") == [TOPIC]
+    assert shapes_changed(f"Py4JJavaError: ... {raised.value} ...") == {TOPIC: ({"born"}, set())}
     assert not sink.rows
 
 
@@ -95,3 +102,56 @@ def test_a_follower_with_no_catalog_keeps_new_columns_untyped() -> None:
     f, sink = follower(None)
     f.process(1, [record(1, {"id": 1, "v": 1, "born": "2020-01-02"})])
     assert [r.doc for r in sink.rows] == [{"id": 1, "v": 1, "born": "2020-01-02"}] and not sink.learned
+
+
+def catalog(*shapes: dict[str, str]) -> tuple[Any, list[str]]:
+    """A ``learn`` answering each shape in turn (the last one from then on), and the topics it was asked for."""
+    asked: list[str] = []
+
+    def learn(topic: str) -> TableMapping:
+        asked.append(topic)
+        return TableMapping("public.t", "t", ("id",), types=shapes[min(len(asked), len(shapes)) - 1])
+
+    return learn, asked
+
+
+def test_a_dropped_column_is_forgotten_once_and_older_changes_no_longer_write_it() -> None:
+    learn, asked = catalog({"id": "int", "v": "int"})  # the catalog after DROP COLUMN gone
+    f, sink = follower(learn, {"id": "int", "v": "int", "gone": "text"})
+    f.process(1, [record(1, {"id": 1, "v": 1, "gone": "a"}), record(2, {"id": 2, "v": 2}),
+                  record(3, {"id": 3, "v": 3}), record(4, {"id": 4, "v": 4, "gone": "late"})])  # fmt: skip
+    assert asked == [TOPIC] and sink.forgotten == [("t", ["gone"])]
+    assert [r.doc for r in sink.rows] == [{"id": 1, "v": 1, "gone": "a"}, {"id": 2, "v": 2}, {"id": 3, "v": 3},
+                                          {"id": 4, "v": 4}]  # fmt: skip
+    assert f.mappings[TOPIC].dropped == {"gone"}
+
+
+def test_a_column_changes_lack_that_the_catalog_still_lists_is_asked_for_once_and_forgets_nothing() -> None:
+    learn, asked = catalog({"id": "int", "v": "int", "born": "date"})  # changes written before ADD COLUMN born
+    f, sink = follower(learn, {"id": "int", "v": "int", "born": "date"})
+    f.process(1, [record(n, {"id": n, "v": n}) for n in range(1, 6)])
+    assert asked == [TOPIC] and not sink.forgotten and len(sink.rows) == 5
+    assert f.mappings[TOPIC].may_lack == {"born"}
+
+
+def test_a_renamed_column_is_a_column_lost_and_one_learned() -> None:
+    learn, asked = catalog({"id": "int", "amount": "decimal"})  # RENAME COLUMN v TO amount
+    f, sink = follower(learn, {"id": "int", "v": "int"})
+    f.process(1, [record(1, {"id": 1, "amount": "12.50"})])
+    assert asked == [TOPIC] and sink.forgotten == [("t", ["v"])]
+    assert [r.doc for r in sink.rows] == [{"id": 1, "amount": Decimal("12.50")}]
+
+
+def test_on_an_executor_the_driver_is_told_what_a_change_lacked() -> None:
+    f, sink = follower(shape_changed, {"id": "int", "v": "int", "gone": "text"})
+    with pytest.raises(ShapeChanged) as raised:
+        f.process(1, [record(1, {"id": 1, "v": 1})])
+    assert shapes_changed(f"... {raised.value} ... {raised.value}") == {TOPIC: (set(), {"gone"})}
+    # The driver learns with that; the mapping it ships with the batch's second run needs nothing more.
+    learn, _ = catalog({"id": "int", "v": "int"})
+    driver, driver_sink = follower(learn, {"id": "int", "v": "int", "gone": "text"})
+    driver.relearn(TOPIC, frozenset(), frozenset({"gone"}))
+    assert driver_sink.forgotten == [("t", ["gone"])]
+    worker, _ = follower(shape_changed)
+    worker.mappings = dict(driver.mappings)
+    assert worker.process(1, [record(1, {"id": 1, "v": 1}), record(2, {"id": 2, "v": 2, "gone": "x"})]).applied == 2
