@@ -65,6 +65,12 @@ SCHEMA_CHANGES = Counter(
     "Times a follower met columns its mapping lacked and re-read the table's shape from the catalog",
     ["follower", "table"],
 )
+REBUILD_NEEDED = Gauge(
+    "cdcsync_rebuild_needed",
+    "1 while a table's rows differ from the source in a way no change event will fix (a RENAME COLUMN, a column "
+    "added with a DEFAULT): run `cdcsync reindex FOLLOWER --table TABLE --from source`",
+    ["follower", "table"],
+)
 SINK_RETRIES = Counter(
     "cdcsync_sink_retries_total", "Writes of a chunk retried after a retryable sink error", ["follower"]
 )

@@ -67,6 +67,7 @@ from cdcsync.snapshot.bootstrap import (
     publish,
     replay,
 )
+from cdcsync.sync import rebuild
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.position import base_dir, record_reindexed
@@ -189,11 +190,16 @@ def reindex(
     spark: SparkSession | None,
     table: str | None = None,
     progress: Progress | None = None,
+    origin: str = "topics",
 ) -> ReindexSummary:
     """Run steps 1-5 of the module docstring for ``cfg`` (and ``table`` only, if given).
 
     Holds the follower's lock throughout, and first finishes an earlier
-    reindex of the follower that was killed (module docstring).
+    reindex of the follower that was killed (module docstring). ``origin``
+    "source": steps 1-3 are a read of the source database aligned with the log
+    (``snapshot.source.fill_from_source``, needs ``spark``) instead of the
+    topics: what a RENAME COLUMN or a column added with a DEFAULT needs
+    (``sync.rebuild``), since the topics hold those rows in their old shape.
     """
     what = f"reindex {cfg.name}" + (f" --table {table}" if table else "")
     with follower_lock(base_dir(config), cfg.name, what):
@@ -202,7 +208,7 @@ def reindex(
         killed, finished = unfinished(config, cfg.name), None
         if killed is not None and killed["step"] != "staging" and not set(killed["topics"]) <= set(mappings):
             finished = _finish(config, cfg, spark, killed, every, progress)
-        summary = _run(config, cfg, spark, mappings, table, progress)
+        summary = _run(config, cfg, spark, mappings, table, progress, origin)
         if killed is not None and finished is None:
             finished = (
                 "the reindex killed before its switch had left readers on the old store: nothing to finish"
@@ -220,6 +226,7 @@ def _run(
     mappings: dict[str, TableMapping],
     table: str | None,
     progress: Progress | None,
+    origin: str = "topics",
 ) -> ReindexSummary:
     started = time.monotonic()
     follower = build_follower(config, cfg, spark, mappings=mappings, open_sink=False)
@@ -227,15 +234,25 @@ def _run(
     summary = ReindexSummary(cfg.name, sorted({m.target for m in mappings.values()}), Summary(cfg.name),
                              Summary(cfg.name))  # fmt: skip
     record = {"follower": cfg.name, "pid": os.getpid(), "table": table, "topics": topics,
-              "targets": summary.targets, "started_at": time.time()}  # fmt: skip
+              "targets": summary.targets, "started_at": time.time(), "origin": origin}  # fmt: skip
     try:
-        marks = capture(config, topics)
-        e1 = _high(marks)
-        _record(config, cfg.name, record, "staging")
-        follower.sink.stage(list(mappings.values()))
-        replay(config, follower, {tp: low for tp, (low, _) in marks.items()}, e1, summary.fill, progress)
-        e1b = _high(capture(config, topics))
-        replay(config, follower, e1, e1b, summary.fill, progress)
+        if origin == "source":
+            from cdcsync.snapshot.source import fill_from_source
+
+            if spark is None:
+                raise FatalError(f"reindex {cfg.name} --from source reads the source through Spark; none given")
+            _record(config, cfg.name, record, "staging")
+            summary.fill = fill_from_source(config, cfg, follower, spark, progress=progress)
+            e1 = e1b = {TopicPartition(t, int(p)): high for t, parts in summary.fill.offsets.items()
+                        for p, high in parts.items()}  # fmt: skip
+        else:
+            marks = capture(config, topics)
+            e1 = _high(marks)
+            _record(config, cfg.name, record, "staging")
+            follower.sink.stage(list(mappings.values()))
+            replay(config, follower, {tp: low for tp, (low, _) in marks.items()}, e1, summary.fill, progress)
+            e1b = _high(capture(config, topics))
+            replay(config, follower, e1, e1b, summary.fill, progress)
         _record(config, cfg.name, record, "publishing", staged_to=offsets_json(e1b))
         publish(follower.sink)
         summary.published_at = time.time()
@@ -247,6 +264,8 @@ def _run(
     summary.offsets = {"filled_to": offsets_json(e1), "staged_to": offsets_json(e1b), "caught_up_to": offsets_json(e2)}
     if table is None:
         record_reindexed(config, cfg.name, summary.offsets["caught_up_to"])
+    if origin == "source":  # rows in their old shape are read anew: nothing left to rebuild for these tables
+        rebuild.clear(config, cfg.name, None if table is None else [m.table for m in mappings.values()])
     _record(config, cfg.name, record, "done", caught_up_to=summary.offsets["caught_up_to"])
     summary.seconds = round(time.monotonic() - started, 2)
     return summary

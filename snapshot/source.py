@@ -86,6 +86,27 @@ def bootstrap_from_source(
         raise FatalError(
             f"follower {cfg.name} already has a checkpoint at {checkpoint}: it is streaming; use reindex to rebuild it"
         )
+    started = time.monotonic()
+    summary = fill_from_source(config, cfg, follower, spark, partitions, progress, on_read_open)
+    publish(follower.sink)
+    summary.seconds = round(time.monotonic() - started, 2)
+    record_start(base, cfg.name, summary.offsets, origin="source")
+    return summary
+
+
+def fill_from_source(
+    config: Config,
+    cfg: FollowerConfig,
+    follower: Follower,
+    spark: SparkSession,
+    partitions: int = 2,
+    progress: Progress | None = None,
+    on_read_open: Callable[[SourceConfig], None] | None = None,
+) -> Summary:
+    """Steps 1-6 into a staged store (readers see nothing until ``publish``); ``summary.offsets`` is E2.
+
+    Shared by ``bootstrap --from source`` and ``reindex --from source``.
+    """
     summary, started = Summary(cfg.name), time.monotonic()
     connect = ConnectClient(config.connect.url)
     consumer = Consumer(
@@ -103,9 +124,6 @@ def bootstrap_from_source(
             _bootstrap_source(spark, source, plans, follower, consumer, connect, partitions, tick, on_read_open)
     finally:
         consumer.close()
-    publish(follower.sink)
-    summary.seconds = round(time.monotonic() - started, 2)
-    record_start(base, cfg.name, summary.offsets, origin="source")
     return summary
 
 

@@ -61,12 +61,18 @@ MARIADB_TYPES = {
 }
 
 
-def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tuple[str, ...]]:
-    """(column -> mapping type, primary-key columns in key order) from the source's catalog."""
+def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tuple[str, ...], frozenset[str]]:
+    """(column -> mapping type, primary-key columns in key order, filled columns) from the source's catalog.
+
+    Filled: columns with a value of their own in a row nobody wrote them in
+    (a non-null DEFAULT, a generated column): added to a table, they fill its
+    existing rows without a change event (``sync.rebuild``).
+    """
     if source.kind == "postgres":
         with connect_postgres(source) as conn:
             rows = conn.execute(
-                "SELECT column_name, data_type FROM information_schema.columns"
+                "SELECT column_name, data_type, column_default IS NOT NULL OR is_generated = 'ALWAYS'"
+                " FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                 (table.namespace, table.table),
             ).fetchall()
@@ -76,12 +82,15 @@ def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tupl
                 " ORDER BY array_position(i.indkey, a.attnum)",
                 (f'"{table.namespace}"."{table.table}"',),
             ).fetchall()
-        types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind in rows}
+        types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind, _ in rows}
+        filled = frozenset(name for name, _, has_value in rows if has_value)
     else:
         conn = connect_mariadb(source)
         with conn, conn.cursor() as cur:
+            # COLUMN_DEFAULT: SQL NULL for no default on a NOT NULL column, the text 'NULL' for DEFAULT NULL.
             cur.execute(
-                "SELECT column_name, data_type, column_type, column_key FROM information_schema.columns"
+                "SELECT column_name, data_type, column_type, (column_default IS NOT NULL AND column_default <>"
+                " 'NULL') OR extra LIKE '%%GENERATED%%' FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                 (table.namespace, table.table),
             )
@@ -100,6 +109,7 @@ def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tupl
             # MariaDB's JSON is LONGTEXT with a json_valid() check named after the column.
             json_columns = {name for name, clause in cur.fetchall() if "json_valid" in clause.lower()}
         types = {}
+        filled = frozenset(row[0] for row in rows if row[3])
         for name, kind, column_type, _ in rows:
             types[name] = (
                 "json"
@@ -108,7 +118,7 @@ def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tupl
             )
     if not rows:
         raise FatalError(f"source {source.name}: table {table} not found while reading its columns")
-    return types, tuple(k[0] for k in key)
+    return types, tuple(k[0] for k in key), filled
 
 
 def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMapping]:
@@ -130,7 +140,7 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
 def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfig) -> TableMapping:
     """One table's mapping: its columns and key from the catalog as they are now, with the follower's overrides."""
     override = follower.mappings.get(str(table))
-    types, key_columns = columns(source, table)
+    types, key_columns, filled = columns(source, table)
     if override:
         types.update(override.types)
     return TableMapping(
@@ -140,6 +150,7 @@ def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfi
         include=tuple(override.include) if override and override.include is not None else None,
         rename=dict(override.rename) if override else {},
         types=types,
+        filled=filled,
     )
 
 

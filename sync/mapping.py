@@ -58,6 +58,7 @@ class TableMapping:
     # still carry them write them no more), columns the catalog lists that changes may lack (written before
     # an ADD COLUMN, or a mapping's type for a column the source does not have).
     untyped: frozenset[str] = frozenset()
+    filled: frozenset[str] = frozenset()  # columns the source fills in rows nobody wrote them in (sync.rebuild)
     dropped: frozenset[str] = frozenset()
     may_lack: frozenset[str] = frozenset()
     # column -> (field name, type, converter or None); what map_row looks up once per column of a change

@@ -81,6 +81,28 @@ def learned(
     return mapping, lost
 
 
+def rebuild_reason(old: TableMapping, new: TableMapping, lost: frozenset[str]) -> str | None:
+    """Why rows the log will never change again differ from the source after this shape change, if they do.
+
+    A column lost and one gained in the same change: most likely a RENAME
+    COLUMN, and rows not changed since hold the value under the old name. A
+    column gained that the source fills in existing rows (a DEFAULT, a
+    generated column): no change event carries those values.
+    """
+    gained = frozenset(new.types) - frozenset(old.types) - old.untyped
+    if lost and gained:
+        return (
+            f"columns {sorted(lost)} went and {sorted(gained)} came in one change (a RENAME COLUMN?): rows not "
+            f"changed since lack {sorted(gained)}"
+        )
+    if gained & new.filled:
+        return (
+            f"columns {sorted(gained & new.filled)} were added with a value for the rows already there (a DEFAULT "
+            "or a generated column), which no change event carries"
+        )
+    return None
+
+
 def untyped(mapping: TableMapping, unknown: frozenset[str], lacking: frozenset[str]) -> TableMapping:
     """For a follower with no catalog to ask (tests, tools): new columns kept as they are, absent ones allowed."""
     return replace(mapping, untyped=mapping.untyped | unknown, may_lack=mapping.may_lack | lacking)

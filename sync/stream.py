@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
 from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
-from cdcsync.sync import batching, executors
+from cdcsync.sync import batching, executors, rebuild
 from cdcsync.sync.catalog import learner, mappings_for
 from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, tune_gc
 from cdcsync.sync.mapping import TableMapping
@@ -140,6 +140,7 @@ def build_follower(
         binlog_seq=BinlogPositions.of(config),
         snapshot_lsn=SnapshotLsns.of(config),
         learn=learner(config, follower),
+        rebuild_needed=lambda mapping, reason: rebuild.mark(config, follower.name, mapping.table, reason),
     )
 
 

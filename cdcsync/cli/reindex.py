@@ -13,9 +13,18 @@ from cdcsync.cli import load
 @click.command("reindex")
 @click.argument("follower")
 @click.option("--table", "table", default=None, help="Rebuild only this target (or source table); default: all.")
+@click.option(
+    "--from",
+    "origin",
+    type=click.Choice(["topics", "source"]),
+    default="topics",
+    show_default=True,
+    help="Fill the new store from the compacted topics, or from a read of the source database aligned with the"
+    " log (after a RENAME COLUMN or a column added with a DEFAULT: `cdcsync status` names them).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout (progress stays on stderr).")
 @click.pass_context
-def reindex(ctx: click.Context, follower: str, table: str | None, as_json: bool) -> None:
+def reindex(ctx: click.Context, follower: str, table: str | None, origin: str, as_json: bool) -> None:
     """Build a new store for FOLLOWER from its topics while the old one serves, then switch readers atomically.
 
     The follower's daemon keeps streaming meanwhile; its checkpoint is not
@@ -31,11 +40,11 @@ def reindex(ctx: click.Context, follower: str, table: str | None, as_json: bool)
     config = load(ctx)
     cfg = config.follower(follower)
     spark = None
-    if cfg.kind == "delta":
+    if cfg.kind == "delta" or origin == "source":
         from cdcsync.spark import spark_session
 
         spark = spark_session(f"cdcsync-reindex-{cfg.name}")
-    summary = run_reindex(config, cfg, spark, table, functools.partial(progress_bar, label="reindex"))
+    summary = run_reindex(config, cfg, spark, table, functools.partial(progress_bar, label="reindex"), origin)
     if summary.finished:
         click.echo(f"follower {cfg.name}: an earlier reindex was killed; {summary.finished}", err=True)
     if as_json:

@@ -73,6 +73,7 @@ def run(
     from cdcsync.connectors.watch import CaptureWatch
     from cdcsync.snapshot.reindex import finish_killed
     from cdcsync.spark import spark_session
+    from cdcsync.sync import rebuild
     from cdcsync.sync.position import check_position
     from cdcsync.sync.stream import build_follower, checkpoint_dir, start_query
     from cdcsync.sync.supervisor import Supervisor
@@ -113,6 +114,9 @@ def run(
         finished = finish_killed(config, cfg, spark)  # a reindex killed after its switch left a window out
         if finished:
             log.warning("follower=%s %s", cfg.name, finished)
+        for line in rebuild.lines(config, cfg.name):  # recorded by an earlier run: still to do
+            log.error("%s", line)
+        rebuild.export(config, cfg.name)
         follower = build_follower(config, cfg, spark)
         built[cfg.name] = follower
         query = start_query(spark, config, cfg, follower)

@@ -154,3 +154,51 @@ def test_a_dropped_column_leaves_every_row_of_every_sink_online(spark: Any, tmp_
         execute(kind, f"UPDATE {t} SET price = price * 2 WHERE id > 15", f"DELETE FROM {t} WHERE id = 4")
         sc.run_once()
         sc.assert_converged()
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_converges(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    """RENAME COLUMN plus a column added with a DEFAULT: rows nobody touches since hold the old shape everywhere.
+
+    No change event will fix them, and the topics hold them in the old shape
+    too: each follower records the table (``sync.rebuild``), verify is not
+    clean, and ``reindex --table T --from source`` makes every store equal
+    the source and clears the record.
+    """
+    from cdcsync.snapshot.reindex import reindex
+    from cdcsync.sync import rebuild
+
+    t = f"ren_{kind[:2]}_{uid()}"
+    ns = "public" if kind == "postgres" else "inventory"
+    fill = (
+        f"INSERT INTO {t} SELECT g, g, 'n' || g FROM generate_series(1, {ROWS}) g"
+        if kind == "postgres"
+        else f"INSERT INTO {t} SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{ROWS}"
+    )
+    ddl = [f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL, note TEXT)", fill]
+    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, {kind: ddl}) as sc:
+        sc.run_once()
+        sc.assert_converged()
+        execute(
+            kind,
+            f"ALTER TABLE {t} RENAME COLUMN note TO memo",
+            f"ALTER TABLE {t} ADD COLUMN flag INT NOT NULL DEFAULT 7",
+            f"UPDATE {t} SET v = v + 100 WHERE id <= 2",
+        )
+        sc.run_once()
+        for name in ("search", "cache", "warehouse"):
+            needed = rebuild.needed(sc.config, name)
+            assert list(needed) == [f"{ns}.{t}"] and "RENAME" in needed[f"{ns}.{t}"]["reason"], (name, needed)
+        dirty = [r for r in sc.verify() if not r.clean]
+        assert {r.follower for r in dirty} == {"search", "cache", "warehouse"}, dirty  # rows 3.. lack memo, flag
+
+        for cfg in sc.config.followers:
+            summary = reindex(sc.config, cfg, spark, table=f"{ns}.{t}", origin="source")
+            assert summary.fill.records >= ROWS, summary.as_json()
+        sc.assert_converged()
+        assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)
+        execute(kind, f"UPDATE {t} SET memo = 'after' WHERE id = 5")  # and streaming goes on on the new shape
+        sc.run_once()
+        sc.assert_converged()

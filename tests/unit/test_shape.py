@@ -155,3 +155,35 @@ def test_on_an_executor_the_driver_is_told_what_a_change_lacked() -> None:
     worker, _ = follower(shape_changed)
     worker.mappings = dict(driver.mappings)
     assert worker.process(1, [record(1, {"id": 1, "v": 1}), record(2, {"id": 2, "v": 2, "gone": "x"})]).applied == 2
+
+
+def test_which_shape_changes_need_a_rebuild_from_the_source() -> None:
+    from cdcsync.sync.shape import rebuild_reason
+
+    old = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int"})
+
+    def new(**types: str) -> TableMapping:
+        filled = frozenset(c for c in types if c.startswith("d_"))  # columns with a DEFAULT, in this test
+        return TableMapping("public.t", "t", ("id",), types={"id": "int", **types}, filled=filled)
+
+    assert rebuild_reason(old, new(v="int", b="int"), frozenset()) is None  # ADD COLUMN: rows get it as they change
+    assert rebuild_reason(old, new(), frozenset({"v"})) is None  # DROP COLUMN: forgotten in every row
+    assert "RENAME" in (rebuild_reason(old, new(w="int"), frozenset({"v"})) or "")
+    assert "DEFAULT" in (rebuild_reason(old, new(v="int", d_flag="int"), frozenset()) or "")
+
+
+def test_a_rebuild_is_recorded_shown_and_cleared(tmp_path: Any) -> None:
+    from cdcsync.config import Config
+    from cdcsync.sync import rebuild
+
+    config = Config.model_validate({"state_dir": str(tmp_path)})
+    rebuild.mark(config, "search", "public.t", "columns ['v'] went and ['w'] came")
+    rebuild.mark(config, "search", "public.u", "columns ['d'] were added with a value")
+    assert rebuild.lines(config, "search")[0] == (
+        "follower search: table public.t needs a rebuild from the source (columns ['v'] went and ['w'] came): "
+        "run `cdcsync reindex search --table public.t --from source`"
+    )
+    rebuild.clear(config, "search", ["public.t"])
+    assert list(rebuild.needed(config, "search")) == ["public.u"] and not rebuild.needed(config, "cache")
+    rebuild.clear(config, "search")
+    assert rebuild.lines(config, "search") == []

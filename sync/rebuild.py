@@ -1,0 +1,94 @@
+"""Tables a follower cannot bring up to date by itself: recorded, shown, and named with their repair.
+
+Some schema changes leave rows that no change event will ever fix
+(docs/schema-changes.md): a RENAME COLUMN (the follower sees one column lost
+and one gained in the same change; rows nobody touched since hold the value
+under the old name in every sink, and in the topic) and a column added with a
+value for the rows already there (a non-null DEFAULT, a generated column: the
+source fills them, the log says nothing). The topics hold the old shape too,
+so only a read of the source rebuilds them: ``cdcsync reindex FOLLOWER
+--table TABLE --from source``.
+
+The follower (on the driver) records each such table in
+``<state>/rebuild/<follower>.json`` (``mark``), logs it as an error with the
+command, and sets ``cdcsync_rebuild_needed{follower,table}``; the daemon sets
+the gauge again from the record when it starts the follower. ``status`` and
+``verify`` print ``lines``. A reindex ``--from source`` that covers the table
+clears it (``clear``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from cdcsync import metrics
+from cdcsync.config import Config
+from cdcsync.sync.position import base_dir
+
+log = logging.getLogger("cdcsync.rebuild")
+
+
+def state_file(base: Path, follower: str) -> Path:
+    return base / "rebuild" / f"{follower}.json"
+
+
+def needed(config: Config, follower: str) -> dict[str, dict[str, Any]]:
+    """The follower's tables that need a rebuild from the source: table -> {reason, since}."""
+    path = state_file(base_dir(config), follower)
+    if not path.exists():
+        return {}
+    tables: dict[str, dict[str, Any]] = json.loads(path.read_text())
+    return tables
+
+
+def command(follower: str, table: str) -> str:
+    return f"cdcsync reindex {follower} --table {table} --from source"
+
+
+def mark(config: Config, follower: str, table: str, reason: str) -> None:
+    """Record that ``table`` of ``follower`` needs a rebuild from the source, and say so loudly."""
+    tables = needed(config, follower)
+    tables[table] = {"reason": reason, "since": time.time()}
+    _write(config, follower, tables)
+    metrics.REBUILD_NEEDED.labels(follower, table).set(1)
+    log.error("follower=%s table=%s rebuild_needed: %s; run `%s`", follower, table, reason, command(follower, table))
+
+
+def clear(config: Config, follower: str, tables: Iterable[str] | None = None) -> None:
+    """A rebuild from the source covered ``tables`` (None: every table of the follower)."""
+    recorded = needed(config, follower)
+    done = set(recorded) if tables is None else set(tables) & set(recorded)
+    for table in done:
+        del recorded[table]
+        metrics.REBUILD_NEEDED.labels(follower, table).set(0)
+    if done:
+        _write(config, follower, recorded)
+
+
+def export(config: Config, follower: str) -> None:
+    """Set the gauge from the record (a daemon starting the follower)."""
+    for table in needed(config, follower):
+        metrics.REBUILD_NEEDED.labels(follower, table).set(1)
+
+
+def lines(config: Config, follower: str) -> list[str]:
+    """One line per table to rebuild, with the reason and the command (status, verify)."""
+    return [
+        f"follower {follower}: table {table} needs a rebuild from the source ({entry['reason']}): "
+        f"run `{command(follower, table)}`"
+        for table, entry in sorted(needed(config, follower).items())
+    ]
+
+
+def _write(config: Config, follower: str, tables: dict[str, dict[str, Any]]) -> None:
+    path = state_file(base_dir(config), follower)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(tables, indent=2))
+    os.replace(tmp, path)
