@@ -5,7 +5,9 @@ Some schema changes leave rows that no change event will ever fix
 and one gained in the same change; rows nobody touched since hold the value
 under the old name in every sink, and in the topic) and a column added with a
 value for the rows already there (a non-null DEFAULT, a generated column: the
-source fills them, the log says nothing). The topics hold the old shape too,
+source fills them, the log says nothing); and a column whose type changed
+into another kind (int -> text: the running daemon checks the catalog every
+``KIND_CHECK_S``, ``check_kinds``, since change events show no type). The topics hold the old shape too,
 so only a read of the source rebuilds them: ``cdcsync reindex FOLLOWER
 --table TABLE --from source``.
 
@@ -25,13 +27,19 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcsync import metrics
 from cdcsync.config import Config
+from cdcsync.sync import shape
 from cdcsync.sync.position import base_dir
 
+if TYPE_CHECKING:
+    from cdcsync.sync.follower import Follower
+
 log = logging.getLogger("cdcsync.rebuild")
+
+KIND_CHECK_S = 60.0
 
 
 def state_file(base: Path, follower: str) -> Path:
@@ -58,6 +66,27 @@ def mark(config: Config, follower: str, table: str, reason: str) -> None:
     _write(config, follower, tables)
     metrics.REBUILD_NEEDED.labels(follower, table).set(1)
     log.error("follower=%s table=%s rebuild_needed: %s; run `%s`", follower, table, reason, command(follower, table))
+
+
+def check_kinds(config: Config, follower: Follower) -> None:
+    """Mark each table of the follower whose columns the catalog now types otherwise (the daemon, every minute).
+
+    A change events do not show: the columns are the same, their values no
+    longer fit the sink's column (the sink rejects them to the dead-letter
+    topic) or no longer mean the same. Only a rebuild from the source, with
+    the new types, makes the store right; a follower restarted before it
+    refuses the table, naming the same command.
+    """
+    if follower.learn is None:
+        return
+    recorded = needed(config, follower.name)
+    for topic, mapping in list(follower.mappings.items()):
+        changed = shape.kind_changes(mapping, follower.learn(topic))
+        if changed and mapping.table not in recorded:
+            listed = ", ".join(f"{c} {was} -> {now}" for c, (was, now) in sorted(changed.items()))
+            mark(
+                config, follower.name, mapping.table, f"columns changed type ({listed}), which no sink widens in place"
+            )
 
 
 def clear(config: Config, follower: str, tables: Iterable[str] | None = None) -> None:

@@ -103,6 +103,15 @@ def rebuild_reason(old: TableMapping, new: TableMapping, lost: frozenset[str]) -
     return None
 
 
+def kind_changes(mapping: TableMapping, fresh: TableMapping) -> dict[str, tuple[str, str]]:
+    """Columns whose type the catalog now gives another kind: ``{column: (was, is)}`` (a widening keeps its kind)."""
+    return {
+        c: (was, fresh.types[c])
+        for c, was in mapping.types.items()
+        if c in fresh.types and fresh.types[c] != was and (mapping.include is None or c in mapping.include)
+    }
+
+
 def untyped(mapping: TableMapping, unknown: frozenset[str], lacking: frozenset[str]) -> TableMapping:
     """For a follower with no catalog to ask (tests, tools): new columns kept as they are, absent ones allowed."""
     return replace(mapping, untyped=mapping.untyped | unknown, may_lack=mapping.may_lack | lacking)

@@ -62,6 +62,13 @@ def cli(ctx: click.Context, config_path: str) -> None:
     ctx.obj = {"config_path": config_path}
 
 
+def origin_option(help: str) -> Any:
+    """``--from topics|source``: what bootstrap and reindex fill a store from (``origin``)."""
+    return click.option(
+        "--from", "origin", type=click.Choice(["topics", "source"]), default="topics", show_default=True, help=help
+    )
+
+
 def load(ctx: click.Context) -> Any:
     from cdcsync.config import load_config
 

@@ -6,19 +6,12 @@ import json
 
 import click
 
-from cdcsync.cli import load
+from cdcsync.cli import load, origin_option
 
 
 @click.command("bootstrap")
 @click.argument("follower")
-@click.option(
-    "--from",
-    "origin",
-    type=click.Choice(["topics", "source"]),
-    default="topics",
-    show_default=True,
-    help="Snapshot from the compacted topics, or from a consistent read of the source database.",
-)
+@origin_option("Snapshot from the compacted topics, or from a consistent read of the source database.")
 @click.option("--table", "tables", multiple=True, help="Only this table (namespace.table); repeatable.")
 @click.option(
     "--partitions",

@@ -7,20 +7,15 @@ import json
 
 import click
 
-from cdcsync.cli import load
+from cdcsync.cli import load, origin_option
 
 
 @click.command("reindex")
 @click.argument("follower")
 @click.option("--table", "table", default=None, help="Rebuild only this target (or source table); default: all.")
-@click.option(
-    "--from",
-    "origin",
-    type=click.Choice(["topics", "source"]),
-    default="topics",
-    show_default=True,
-    help="Fill the new store from the compacted topics, or from a read of the source database aligned with the"
-    " log (after a RENAME COLUMN or a column added with a DEFAULT: `cdcsync status` names them).",
+@origin_option(
+    "Fill the new store from the compacted topics, or from a read of the source database aligned with the log"
+    " (after a RENAME COLUMN, a column added with a DEFAULT or a type change: `cdcsync status` names them)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout (progress stays on stderr).")
 @click.pass_context

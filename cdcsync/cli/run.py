@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -69,6 +70,8 @@ def run(
     Exit 0 after SIGTERM/SIGINT (queries stopped between batches), 1 when
     every follower has stopped for good, 2 for a usage or config error.
     """
+    from py4j.protocol import Py4JError
+
     from cdcsync import lagpage, metrics
     from cdcsync.connectors.watch import CaptureWatch
     from cdcsync.snapshot.reindex import finish_killed
@@ -128,6 +131,7 @@ def run(
     watch = CaptureWatch(config) if capture_watch and config.sources else None
     if watch is not None:
         threading.Thread(target=_watch_capture, args=(watch,), name="cdcsync-capture-watch", daemon=True).start()
+    threading.Thread(target=_watch_kinds, args=(config, built), name="cdcsync-kind-watch", daemon=True).start()
 
     def health() -> tuple[bool, list[str]]:
         ok, problems = supervisor.health()
@@ -145,7 +149,15 @@ def run(
     signal.signal(signal.SIGINT, lambda signum, _frame: stopping.append(signum))
     supervisor.start_all()
     while not stopping:
-        supervisor.tick()
+        try:
+            supervisor.tick()
+        except (Py4JError, ConnectionError) as err:  # the driver JVM is gone (an OutOfMemoryError ends it)
+            log.critical(
+                "the Spark driver JVM died (%s): every follower stops; exiting 1 for the service manager to restart "
+                "the daemon. If it was out of heap, see docs/daemon.md, Memory (CDCSYNC_SPARK_DRIVER_MEMORY)",
+                str(err).splitlines()[0],
+            )
+            os._exit(1)  # not ctx.exit: Spark's shutdown hooks would wait on the dead JVM
         if supervisor.all_stopped():
             log.error("every follower has stopped for good: %s", "; ".join(supervisor.health()[1]))
             ctx.exit(1)
@@ -164,6 +176,19 @@ def _watch_capture(watch: Any) -> None:
         except Exception:  # the watchdog outlives any one round: a thread that died would heal nothing, silently
             logging.getLogger("cdcsync.capture").exception("capture watch round failed; the next one tries again")
         time.sleep(WATCH_S)
+
+
+def _watch_kinds(config: Any, built: dict[str, Any]) -> None:
+    """Every ``KIND_CHECK_S``: columns whose type changed kind in the catalog (``sync.rebuild.check_kinds``)."""
+    from cdcsync.sync.rebuild import KIND_CHECK_S, check_kinds
+
+    while True:
+        time.sleep(KIND_CHECK_S)
+        for follower in list(built.values()):
+            try:
+                check_kinds(config, follower)
+            except Exception as err:  # a source down for a round: the next one asks again
+                logging.getLogger("cdcsync.rebuild").warning("follower=%s kinds not checked: %s", follower.name, err)
 
 
 def _collect_lag(config: Any, followers: list[Any]) -> None:

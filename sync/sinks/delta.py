@@ -302,7 +302,8 @@ class DeltaSink:
             if field.name in columns and field.dataType != _spark_type(columns[field.name]):
                 raise FatalError(
                     f"{path}: column {field.name} is {field.dataType.simpleString()}, the mapping wants "
-                    f"{_spark_type(columns[field.name]).simpleString()}; reindex the target or fix the mapping"
+                    f"{_spark_type(columns[field.name]).simpleString()} (the source column changed type?); run "
+                    f"`cdcsync reindex {self.name} --table {path.rsplit('/', 1)[-1]} --from source`, or fix the mapping"
                 )
             table.kinds[field.name] = columns.get(field.name, _kind_of(field.dataType))
         self._add_columns(table, {n: k for n, k in columns.items() if n not in table.kinds})

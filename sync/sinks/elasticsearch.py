@@ -214,7 +214,10 @@ class ElasticsearchSink:
                 except ApiError as err:
                     if err.meta.status != 400:
                         raise
-                    raise FatalError(f"index {alias}: mapping no longer fits the table ({err}); reindex it") from None
+                    raise FatalError(
+                        f"index {alias}: mapping no longer fits the table ({err}; a source column changed type?); "
+                        f"run `cdcsync reindex {self.name} --table {target} --from source`"
+                    ) from None
                 return
             if indices.exists(index=alias):
                 raise FatalError(f"{alias} is a concrete index, not an alias (auto-created?); delete it and reopen")

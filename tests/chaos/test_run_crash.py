@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cdcsync.connectors.apply import apply
-from tests.chaos.daemon import daemon_config, start_daemon, verify_until_clean
+from tests.chaos.daemon import daemon_config, start_daemon, verify_until_clean, wait_for_batches
 from tests.integration.followers import drop_stores, follower_dicts
 from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
 
@@ -65,6 +66,39 @@ def test_run_sigkill_and_restart_converges(tmp_path: Path) -> None:
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(60) == 0, log.read_text()[-3000:]
         daemon = None
+    finally:
+        if daemon is not None:
+            os.killpg(daemon.pid, signal.SIGKILL)
+        drop_capture(config)
+        drop_stores(config, tag)
+        execute("postgres", f"DROP TABLE IF EXISTS {table}")
+
+
+@pytest.mark.long
+def test_the_spark_driver_jvm_dying_ends_the_daemon_with_exit_1_and_says_why(tmp_path: Path) -> None:
+    """An OutOfMemoryError ends the driver JVM; every follower runs in it. The daemon used to die on a Py4J
+    traceback from its supervisor loop; now one CRITICAL line says what happened, and exit 1 lets the
+    service manager (deploy/systemd) restart it."""
+    tag, table = f"t{uid()}", f"jvm_{uid()}"
+    execute(
+        "postgres", f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT NOT NULL)", f"INSERT INTO {table} VALUES (1, 1)"
+    )
+    search = follower_dicts(tag, tmp_path)[0]
+    _, config_path, config = daemon_config(
+        tmp_path, [source_dict("postgres", f"{tag}_pg", [f"public.{table}"])], [search]
+    )
+    log, daemon = tmp_path / "run.log", None
+    try:
+        apply(config)
+        wait_streaming(config)
+        daemon = start_daemon(config_path, log)
+        wait_for_batches(log, ("search",))
+        jvm = subprocess.run(["pgrep", "-P", str(daemon.pid), "java"], capture_output=True, text=True).stdout.split()
+        assert len(jvm) == 1, jvm
+        os.kill(int(jvm[0]), signal.SIGKILL)
+        assert daemon.wait(60) == 1, log.read_text()[-3000:]
+        daemon = None
+        assert "CRITICAL cdcsync.run the Spark driver JVM died" in log.read_text(), log.read_text()[-3000:]
     finally:
         if daemon is not None:
             os.killpg(daemon.pid, signal.SIGKILL)

@@ -33,6 +33,16 @@ ADDED = {  # column -> (Postgres type, MariaDB type, Delta type, Elasticsearch f
 }
 
 
+# The rebuild scenarios run three reindexes each: `make test` plays them on Postgres, `make chaos` on both.
+BOTH_MARIADB_LONG = ["postgres", pytest.param("mariadb", marks=pytest.mark.long)]
+
+
+def table_of(kind: str, t: str, columns: str, values: str, rows: int = ROWS) -> dict[str, list[str]]:
+    """DDL for ``scenario``: ``t (columns)`` holding ids 1..rows, the other columns ``values`` of each id ``n``."""
+    ids = f"generate_series(1, {rows}) AS g(n)" if kind == "postgres" else f"(SELECT seq AS n FROM seq_1_to_{rows}) g"
+    return {kind: [f"CREATE TABLE {t} ({columns})", f"INSERT INTO {t} SELECT n, {values} FROM {ids}"]}
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     from cdcsync.spark import spark_session
@@ -82,13 +92,9 @@ def test_a_range_query_on_a_decimal_in_elasticsearch_returns_the_rows_sql_return
     t = f"price_{kind[:2]}_{uid()}"
     ns = "public" if kind == "postgres" else "inventory"
     # Distinct prices from -200 to ~800 with two decimals (37 and 1000 are coprime: no two ids share one).
-    ddl = [f"CREATE TABLE {t} (id INT PRIMARY KEY, price DECIMAL(12,2))"]
-    ddl.append(
-        f"INSERT INTO {t} SELECT g, (g * 37 % 1000) - 200 + g / 100.0 FROM generate_series(1, 60) g"
-        if kind == "postgres"
-        else f"INSERT INTO {t} SELECT seq, CAST(seq * 37 % 1000 AS SIGNED) - 200 + seq / 100.0 FROM seq_1_to_60"
-    )
-    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, {kind: ddl}) as sc:
+    price = "CAST(n * 37 % 1000 AS DECIMAL(12,2)) - 200 + n / 100.0"  # MariaDB's seq is unsigned: no negatives
+    ddl = table_of(kind, t, "id INT PRIMARY KEY, price DECIMAL(12,2)", price, rows=60)
+    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, ddl) as sc:
         nan = []
         if kind == "postgres":  # numeric's NaN: no number to index; the document and its exact text stay
             execute(kind, f"INSERT INTO {t} VALUES (61, 'NaN')")
@@ -130,13 +136,9 @@ def test_a_dropped_column_leaves_every_row_of_every_sink_online(spark: Any, tmp_
     """DROP COLUMN, then changes to a few rows only: the field must go from the rows nobody touched too."""
     t = f"drop_{kind[:2]}_{uid()}"
     ns = "public" if kind == "postgres" else "inventory"
-    fill = (
-        f"INSERT INTO {t} SELECT g, g, 'g' || g, g + 0.5 FROM generate_series(1, {ROWS}) g"
-        if kind == "postgres"
-        else f"INSERT INTO {t} SELECT seq, seq, CONCAT('g', seq), seq + 0.5 FROM seq_1_to_{ROWS}"
-    )
-    ddl = [f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL, gone TEXT, price DECIMAL(10,2))", fill]
-    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, {kind: ddl}) as sc:
+    ddl = table_of(kind, t, "id INT PRIMARY KEY, v INT NOT NULL, gone TEXT, price DECIMAL(10,2)",
+                   "n, CONCAT('g', n), n + 0.5")  # fmt: skip
+    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, ddl) as sc:
         sc.run_once()
         sc.assert_converged()
         execute(kind, f"ALTER TABLE {t} DROP COLUMN gone", f"UPDATE {t} SET v = v + 100 WHERE id <= 3")
@@ -156,7 +158,7 @@ def test_a_dropped_column_leaves_every_row_of_every_sink_online(spark: Any, tmp_
         sc.assert_converged()
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+@pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
 def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_converges(
     spark: Any, tmp_path: Path, kind: str
 ) -> None:
@@ -172,13 +174,8 @@ def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_conver
 
     t = f"ren_{kind[:2]}_{uid()}"
     ns = "public" if kind == "postgres" else "inventory"
-    fill = (
-        f"INSERT INTO {t} SELECT g, g, 'n' || g FROM generate_series(1, {ROWS}) g"
-        if kind == "postgres"
-        else f"INSERT INTO {t} SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{ROWS}"
-    )
-    ddl = [f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL, note TEXT)", fill]
-    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, {kind: ddl}) as sc:
+    ddl = table_of(kind, t, "id INT PRIMARY KEY, v INT NOT NULL, note TEXT", "n, CONCAT('n', n)")
+    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, ddl) as sc:
         sc.run_once()
         sc.assert_converged()
         execute(
@@ -202,3 +199,59 @@ def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_conver
         execute(kind, f"UPDATE {t} SET memo = 'after' WHERE id = 5")  # and streaming goes on on the new shape
         sc.run_once()
         sc.assert_converged()
+
+
+@pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
+def test_widening_int_to_bigint_and_varchar_to_text_needs_nothing(spark: Any, tmp_path: Path, kind: str) -> None:
+    """The sinks' types are the wide ones already (BIGINT, string, long, text): values past the old bounds fit."""
+    t = f"wide_{kind[:2]}_{uid()}"
+    ns = "public" if kind == "postgres" else "inventory"
+    ddl = table_of(kind, t, "id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(8)", "n, CONCAT('s', n)")
+    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, ddl) as sc:
+        sc.run_once()
+        widen = (
+            [f"ALTER TABLE {t} ALTER COLUMN v TYPE bigint", f"ALTER TABLE {t} ALTER COLUMN s TYPE text"]
+            if kind == "postgres"
+            else [f"ALTER TABLE {t} MODIFY v BIGINT NOT NULL", f"ALTER TABLE {t} MODIFY s TEXT"]
+        )
+        long_text = "w" * 5000
+        execute(kind, *widen, f"UPDATE {t} SET v = 9000000000 + id, s = '{long_text}' WHERE id <= 5")
+        sc.run_once()
+        sc.assert_converged()
+        held = sc.held("cache", sc.followers["cache"].mappings[next(iter(sc.followers["cache"].mappings))].target)
+        assert held["3"][1]["v"] == "9000000003" and len(held["3"][1]["s"]) == 5000, held["3"]
+
+
+@pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
+def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    """int -> text: the daemon's kind check records the table; a follower restarted before the rebuild refuses it
+    alone, naming the same command; ``reindex --from source`` makes every store equal the source."""
+    from cdcsync.errors import FatalError
+    from cdcsync.snapshot.reindex import reindex
+    from cdcsync.sync import rebuild
+    from cdcsync.sync.stream import build_follower
+
+    t = f"kind_{kind[:2]}_{uid()}"
+    ns = "public" if kind == "postgres" else "inventory"
+    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, numbered_table(t, ROWS, kind)) as sc:
+        sc.run_once()
+        retype = f"ALTER TABLE {t} ALTER COLUMN v TYPE text" if kind == "postgres" else f"ALTER TABLE {t} MODIFY v TEXT"
+        ten = "'x' || id" if kind == "postgres" else "CONCAT('x', id)"
+        execute(kind, retype, f"UPDATE {t} SET v = {ten} WHERE id <= 3")
+        for name, follower in sc.followers.items():
+            rebuild.check_kinds(sc.config, follower)
+            assert "v int -> text" in rebuild.needed(sc.config, name)[f"{ns}.{t}"]["reason"], name
+        sc.run_once()  # 'x1' is no bigint: Elasticsearch and Delta dead-letter those rows, Redis takes them
+
+        for name in ("search", "warehouse"):  # a restart before the rebuild: refused, the command named
+            with pytest.raises(FatalError, match=f"cdcsync reindex {name} --table .* --from source"):
+                build_follower(sc.config, sc.config.follower(name), spark)
+        for cfg in sc.config.followers:
+            reindex(sc.config, cfg, spark, table=f"{ns}.{t}", origin="source")
+        sc.followers.clear()
+        execute(kind, f"UPDATE {t} SET v = 'after' WHERE id = 4")
+        sc.run_once()
+        sc.assert_converged()
+        assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)

@@ -187,3 +187,13 @@ def test_a_rebuild_is_recorded_shown_and_cleared(tmp_path: Any) -> None:
     assert list(rebuild.needed(config, "search")) == ["public.u"] and not rebuild.needed(config, "cache")
     rebuild.clear(config, "search")
     assert rebuild.lines(config, "search") == []
+
+
+def test_a_kind_change_is_told_from_a_widening() -> None:
+    from cdcsync.sync.shape import kind_changes
+
+    was = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int", "s": "text"})
+    widened = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int", "s": "text", "new": "date"})
+    retyped = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "text", "s": "text"})
+    assert kind_changes(was, widened) == {}  # int -> bigint, varchar(n) -> text: the same kinds
+    assert kind_changes(was, retyped) == {"v": ("int", "text")}
