@@ -19,8 +19,8 @@ import pytest
 
 from cdcsync.connectors.apply import apply
 from tests.chaos.daemon import daemon_config, start_daemon, verify_until_clean, wait_for_batches
-from tests.integration.followers import drop_stores, follower_dicts
-from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
+from tests.integration.followers import follower_dicts, tear_down
+from tests.support import execute, source_dict, uid, wait_streaming
 
 
 @pytest.mark.long
@@ -67,11 +67,7 @@ def test_run_sigkill_and_restart_converges(tmp_path: Path) -> None:
         assert daemon.wait(60) == 0, log.read_text()[-3000:]
         daemon = None
     finally:
-        if daemon is not None:
-            os.killpg(daemon.pid, signal.SIGKILL)
-        drop_capture(config)
-        drop_stores(config, tag)
-        execute("postgres", f"DROP TABLE IF EXISTS {table}")
+        tear_down(config, tag, daemon, {table: "postgres"})
 
 
 @pytest.mark.long
@@ -100,8 +96,4 @@ def test_the_spark_driver_jvm_dying_ends_the_daemon_with_exit_1_and_says_why(tmp
         daemon = None
         assert "CRITICAL cdcsync.run the Spark driver JVM died" in log.read_text(), log.read_text()[-3000:]
     finally:
-        if daemon is not None:
-            os.killpg(daemon.pid, signal.SIGKILL)
-        drop_capture(config)
-        drop_stores(config, tag)
-        execute("postgres", f"DROP TABLE IF EXISTS {table}")
+        tear_down(config, tag, daemon, {table: "postgres"})

@@ -17,8 +17,8 @@ import pytest
 
 from cdcsync.connectors.apply import apply
 from tests.chaos.daemon import daemon_config, start_daemon, verify_until_clean
-from tests.integration.followers import drop_stores, follower_dicts
-from tests.support import drop_capture, end_offset, execute, source_dict, uid, wait_streaming
+from tests.integration.followers import follower_dicts, tear_down
+from tests.support import end_offset, execute, source_dict, uid, wait_streaming
 
 ROWS = int(os.environ.get("CDCSYNC_CHAOS_WIDE_ROWS", "15000"))
 WIDE = 60_000
@@ -59,8 +59,4 @@ def test_a_backlog_of_wide_rows_converges_with_default_settings(tmp_path: Path) 
         assert daemon.wait(120) == 0, log.read_text()[-3000:]
         daemon = None
     finally:
-        if daemon is not None:
-            os.killpg(daemon.pid, signal.SIGKILL)
-        drop_capture(config)
-        drop_stores(config, tag)
-        execute("postgres", f"DROP TABLE IF EXISTS {table}")
+        tear_down(config, tag, daemon, {table: "postgres"})

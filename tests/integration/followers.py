@@ -7,10 +7,13 @@ and dead-letter topic, all removed afterwards.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +157,17 @@ def drop_stores(config: Config, tag: str) -> None:
     for pattern in (f"{tag}:*", f"{tag}~*"):  # live keys, and staged generations (sync/sinks/redis.py)
         for key in r.scan_iter(pattern, count=1000):
             r.delete(key)
+
+
+def tear_down(config: Config, tag: str, daemon: subprocess.Popen | None, tables: dict[str, str]) -> None:
+    """After a test that ran ``cdcsync run``: its process group if still there, capture, stores, ``{table: kind}``."""
+    if daemon is not None:
+        with suppress(ProcessLookupError):
+            os.killpg(daemon.pid, signal.SIGKILL)
+    drop_capture(config)
+    drop_stores(config, tag)
+    for name, kind in tables.items():
+        execute(kind, f"DROP TABLE IF EXISTS {name}")
 
 
 @contextmanager

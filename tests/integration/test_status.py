@@ -16,9 +16,9 @@ import yaml
 
 from cdcsync.config import load_config
 from cdcsync.connectors.apply import apply, client_for
-from tests.integration.followers import drop_stores, follower_dicts
+from tests.integration.followers import follower_dicts, tear_down
 from tests.integration.test_lag_metrics import free_port, start_daemon
-from tests.support import ENV, drop_capture, execute, source_dict, uid, wait_streaming
+from tests.support import ENV, execute, source_dict, uid, wait_streaming
 
 
 def status(config_path: Path, metrics_port: int) -> tuple[int, dict[str, Any]]:
@@ -95,11 +95,7 @@ def test_status_healthy_then_a_missing_connector_is_named(tmp_path: Path) -> Non
         assert daemon.wait(120) == 0, log.read_text()[-3000:]
         daemon = None
     finally:
-        if daemon is not None:
-            os.killpg(daemon.pid, signal.SIGKILL)
-        drop_capture(config)
-        drop_stores(config, tag)
-        execute("postgres", f"DROP TABLE IF EXISTS {table}")
+        tear_down(config, tag, daemon, {table: "postgres"})
 
 
 def checks_of(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
