@@ -191,6 +191,15 @@ class SourceConfig(_Strict):
         return f"{self.name}.{table.namespace}.{table.table}"
 
     @property
+    def signal_table(self) -> TableRef:
+        """Where capture takes signals (incremental snapshots of tables added later; connectors.signals).
+
+        One per source: a Postgres publication may only hold tables its user
+        owns, and each connector reads only its own signals and watermarks.
+        """
+        return TableRef(namespace=self.tables[0].namespace, table=f"cdcsync_signal_{self.name}"[:63])
+
+    @property
     def heartbeat_topic(self) -> str:
         return f"__debezium-heartbeat.{self.name}"
 

@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from cdcsync.config import Config, SourceConfig
-from cdcsync.connectors import restore
+from cdcsync.connectors import restore, signals
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.connectors.offsets import create
 from cdcsync.connectors.preflight import run_preflight
 from cdcsync.connectors.render import properties_text, redact, render, secret_properties, secrets_file
 from cdcsync.connectors.topics import ensure_topics, topic_specs
 from cdcsync.errors import ConfigError, PreflightError
+from cdcsync.sync.position import base_dir
 
 
 @dataclass
@@ -38,9 +39,18 @@ class ApplyResult:
     action: str  # created | updated | unchanged
     changed_keys: list[str] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
+    snapshot: list[str] = field(default_factory=list)  # tables added to a running connector, snapshot signalled
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"connector": self.connector, "action": self.action, "changed": self.changed_keys, "topics": self.topics}
+        return {
+            "connector": self.connector,
+            "action": self.action,
+            "changed": self.changed_keys,
+            "topics": self.topics,
+            "snapshot": self.snapshot,
+            "warnings": self.warnings,
+        }
 
 
 def client_for(config: Config) -> ConnectClient:
@@ -60,6 +70,18 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
     secrets = {s.name: secret_properties(s, config) for s in sources}
 
     problems = run_preflight(config, client, sources)
+    warnings: dict[str, list[str]] = {}
+    for source in sources:  # before anything is registered: a table the running connector could not add
+        current = client.get_config(source.name)
+        added = signals.added_tables(source, current)
+        problems += signals.unknown_schemas(source, current or {}, added)
+        missing, fatal = signals.ensure_signal_table(source)
+        if missing and fatal:
+            problems.append(missing)
+        elif missing and (added or signals.pending(base_dir(config), source)):
+            problems.append(f"{missing}; it is needed to snapshot the tables added: {', '.join(map(str, added))}")
+        elif missing:
+            warnings[source.name] = [f"{missing}; until then a table added to this source cannot be snapshotted"]
     if problems:
         raise PreflightError(problems)
     invalid = []
@@ -90,20 +112,31 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
         current = client.get_config(source.name)
         if current is None:
             action = create(client, source, desired)  # never on a deleted connector's offsets (connectors.offsets)
-            results.append(ApplyResult(source.name, action, sorted(desired), topics))
+            results.append(ApplyResult(source.name, action, sorted(desired), topics, [], warnings.get(source.name, [])))
             continue
         went_back = restore.check(client, source)
         if went_back:
             raise PreflightError([went_back])
         current = {k: v for k, v in current.items() if k != "name"}
         changed = sorted({k for k in set(desired) | set(current) if desired.get(k) != current.get(k)} | rotated)
+        added = signals.added_tables(source, current)
+        if added:  # recorded before the PUT: a kill after it must not leave them unsnapshotted (connectors.signals)
+            signals.record_pending(base_dir(config), source, added)
         if changed:
             client.put_config(source.name, desired)
             if rotated:  # the references did not change, so the tasks would keep the secret they resolved
                 client.restart_all(source.name)
-            results.append(ApplyResult(source.name, "updated", changed, topics))
-        else:
-            results.append(ApplyResult(source.name, "unchanged", [], topics))
+        snapshot = [str(t) for t in signals.snapshot_added(config, client, source, desired)]
+        results.append(
+            ApplyResult(
+                source.name,
+                "updated" if changed else "unchanged",
+                changed,
+                topics,
+                snapshot,
+                warnings.get(source.name, []),
+            )
+        )
     return results
 
 

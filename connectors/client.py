@@ -66,6 +66,10 @@ class ConnectClient:
     def get_config(self, name: str) -> dict[str, str] | None:
         return self._call("GET", f"/connectors/{quote(name)}/config", ok_404=True)
 
+    def tasks(self, name: str) -> list[dict[str, Any]]:
+        """The connector's tasks with the config each runs: ``[{"id": {...}, "config": {...}}]``."""
+        return list(self._call("GET", f"/connectors/{quote(name)}/tasks", ok_404=True) or [])
+
     def validate(self, connector_class: str, config: dict[str, str]) -> dict[str, list[str]]:
         """Connect's own validation of a config: field name -> errors (empty when valid)."""
         plugin = connector_class.rsplit(".", 1)[-1]

@@ -124,6 +124,7 @@ def _render_clear(source: SourceConfig, config: Config) -> dict[str, str]:
         "database_include_list": ",".join(sorted({re.escape(t.namespace) for t in source.tables})),
         "bootstrap_servers": config.kafka.bootstrap_servers,
         "schema_history_topic": source.schema_history_topic,
+        "signal_table": str(source.signal_table),  # connectors.signals: snapshots of tables added later
     }
     rendered = {k: Template(v).substitute(values) for k, v in template(source.kind).items()}
     rendered["connector.class"] = CONNECTOR_CLASSES[source.kind]

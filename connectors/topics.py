@@ -26,6 +26,7 @@ from cdcsync.errors import FatalError, RetryableError
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
 # Settings an existing topic is brought to (the rest of a spec applies at creation only).
 HORIZON_KEYS = ("min.compaction.lag.ms", "delete.retention.ms")
+DAY_MS = str(24 * 3600 * 1000)
 HISTORY = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 
 
@@ -46,6 +47,8 @@ def topic_specs(source: SourceConfig) -> list[TopicSpec]:
     table_config = table_topic_config(source)
     specs = [TopicSpec(source.topic(t), source.topic_partitions, table_config) for t in source.tables]
     specs.append(TopicSpec(source.heartbeat_topic, 1, COMPACT))
+    # Signals and the snapshot windows' watermarks (connectors.signals): nobody follows them.
+    specs.append(TopicSpec(source.topic(source.signal_table), 1, {"cleanup.policy": "delete", "retention.ms": DAY_MS}))
     # BEGIN/END markers of each transaction: a stream, not state.
     specs.append(TopicSpec(source.transaction_topic, 1, {"cleanup.policy": "delete"}))
     if source.kind != "postgres":

@@ -39,6 +39,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
+from cdcsync.sync import rebuild
 from cdcsync.sync.follower import BatchCounts, Follower, Record
 from cdcsync.sync.sink import Sink
 from cdcsync.sync.stream import start_file
@@ -230,6 +231,7 @@ def bootstrap_from_topics(
     summary.offsets = offsets_json({tp: high for tp, (_low, high) in marks.items()})
     summary.seconds = round(time.monotonic() - started, 2)
     record_start(base, cfg.name, summary.offsets, origin="topics")
+    rebuild.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
     return summary
 
 

@@ -266,6 +266,7 @@ def _run(
         record_reindexed(config, cfg.name, summary.offsets["caught_up_to"])
     if origin == "source":  # rows in their old shape are read anew: nothing left to rebuild for these tables
         rebuild.clear(config, cfg.name, None if table is None else [m.table for m in mappings.values()])
+    rebuild.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
     _record(config, cfg.name, record, "done", caught_up_to=summary.offsets["caught_up_to"])
     summary.seconds = round(time.monotonic() - started, 2)
     return summary

@@ -42,6 +42,7 @@ from cdcsync.errors import FatalError
 from cdcsync.events import Change, PoisonRecord, parse_record
 from cdcsync.snapshot.bootstrap import CHUNK, Summary, end_offsets, publish, record_start
 from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead, open_read, wait_passed
+from cdcsync.sync import rebuild
 from cdcsync.sync.follower import Follower, Record, snapshot_record
 from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id
 from cdcsync.sync.sink import Row
@@ -91,6 +92,7 @@ def bootstrap_from_source(
     publish(follower.sink)
     summary.seconds = round(time.monotonic() - started, 2)
     record_start(base, cfg.name, summary.offsets, origin="source")
+    rebuild.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
     return summary
 
 

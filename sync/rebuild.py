@@ -26,12 +26,14 @@ import logging
 import os
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdcsync import metrics
 from cdcsync.config import Config
 from cdcsync.sync import shape
+from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.position import base_dir
 
 if TYPE_CHECKING:
@@ -113,6 +115,51 @@ def lines(config: Config, follower: str) -> list[str]:
         f"run `{command(follower, table)}`"
         for table, entry in sorted(needed(config, follower).items())
     ]
+
+
+def shapes_file(base: Path, follower: str) -> Path:
+    return base / "shapes" / f"{follower}.json"
+
+
+def remember(config: Config, follower: str, mappings: Iterable[TableMapping]) -> None:
+    """Record the columns (and kinds) the follower's sink holds per table, for its next start to compare."""
+    path = shapes_file(base_dir(config), follower)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    known = json.loads(path.read_text()) if path.exists() else {}
+    known.update({m.table: dict(m.types) for m in mappings})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(known, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def changed_while_stopped(config: Config, follower: Follower) -> None:
+    """What the source's DDL did while the follower was stopped, handled as if it had been running.
+
+    A running follower sees a shape change in the first change after it; one
+    that starts after the DDL reads the new shape from the catalog and would
+    never see the difference. So the shape each table had when the follower
+    last ran (``remember``) is compared with the catalog's at start: columns
+    gone are forgotten by the sink in every row (a DROP), and a table that
+    lost and gained columns, or gained one the source fills, is recorded for
+    a rebuild from the source, as ``shape.rebuild_reason`` says.
+    """
+    path = shapes_file(base_dir(config), follower.name)
+    known: dict[str, dict[str, str]] = json.loads(path.read_text()) if path.exists() else {}
+    for mapping in follower.mappings.values():
+        before = known.get(mapping.table)
+        if before is None or set(before) == set(mapping.types):
+            continue
+        old = replace(mapping, types=before, filled=frozenset())
+        lost = frozenset(before) - frozenset(mapping.types)
+        if lost:
+            follower.sink.forget(mapping.target, sorted(mapping.rename.get(c, c) for c in lost))
+        reason = shape.rebuild_reason(old, mapping, lost)
+        log.info("follower=%s table=%s changed while stopped: lost=%s gained=%s", follower.name, mapping.table,
+                 sorted(lost) or "none", sorted(set(mapping.types) - set(before)) or "none")  # fmt: skip
+        if reason:
+            mark(config, follower.name, mapping.table, f"while the follower was stopped, {reason}")
+    follower.sink.settle()  # nothing writes yet: a table nobody changes loses the columns too
+    remember(config, follower.name, follower.mappings.values())
 
 
 def _write(config: Config, follower: str, tables: dict[str, dict[str, Any]]) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import FatalError
+from cdcsync.errors import FatalError, RetryableError
 from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
 from cdcsync.sync import batching, executors, rebuild
 from cdcsync.sync.catalog import learner, mappings_for
@@ -55,6 +55,12 @@ def starting_offsets(config: Config, cfg: FollowerConfig, topics: list[str]) -> 
         partitions = metadata[topic].partitions if topic in metadata else {0: None}
         offsets[topic] = {str(p): int(recorded.get(topic, {}).get(str(p), -2)) for p in partitions}
     return json.dumps(offsets)
+
+
+def present_topics(config: Config, topics: list[str]) -> list[str]:
+    """The topics among ``topics`` that exist: a table whose connector was not applied yet has none."""
+    metadata = AdminClient(config.kafka.client_config()).list_topics(timeout=30).topics
+    return [t for t in topics if t in metadata]
 
 
 def sink_client_options(follower: FollowerConfig) -> dict[str, Any]:
@@ -131,7 +137,7 @@ def build_follower(
     if open_sink:
         sink.open(list(mappings.values()))
     ensure_dead_letter_topic(config, follower)
-    return Follower(
+    built = Follower(
         follower.name,
         sink,
         mappings,
@@ -141,13 +147,27 @@ def build_follower(
         snapshot_lsn=SnapshotLsns.of(config),
         learn=learner(config, follower),
         rebuild_needed=lambda mapping, reason: rebuild.mark(config, follower.name, mapping.table, reason),
+        remember=lambda known: rebuild.remember(config, follower.name, known),
     )
+    if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
+        rebuild.changed_while_stopped(config, built)
+    return built
 
 
 def start_query(
     spark: SparkSession, config: Config, cfg: FollowerConfig, follower: Follower, once: bool = False
 ) -> StreamingQuery:
-    topics = sorted(follower.mappings)
+    topics = present_topics(config, sorted(follower.mappings))
+    missing = sorted(set(follower.mappings) - set(topics))
+    if not topics:
+        raise RetryableError(
+            f"follower {cfg.name}: none of its tables' topics exist ({', '.join(missing)}); "
+            "run `cdcsync connectors apply`"
+        )
+    if missing:  # its other tables go on; the daemon restarts it once they exist (cli.run, sync.supervisor)
+        log.warning(
+            "follower=%s not following %s yet: no such topic; run `cdcsync connectors apply`", cfg.name, missing
+        )
     check_position(config, cfg, topics)
     resumed = resume_position(config, cfg)
     sizes = batching.sample_sizes(config, topics, resumed[0] if resumed else {})
@@ -156,8 +176,10 @@ def start_query(
     source = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
-        .option("subscribe", ",".join(sorted(follower.mappings)))
-        .option("startingOffsets", starting_offsets(config, cfg, sorted(follower.mappings)))
+        .option("subscribe", ",".join(topics))
+        # A topic new to a running follower (a table added to it) is read from its start: Spark reads
+        # partitions missing from the checkpoint from their earliest offset (docs/schema-changes.md).
+        .option("startingOffsets", starting_offsets(config, cfg, topics))
         .option("failOnDataLoss", "false")
         .option("maxOffsetsPerTrigger", per_batch)
         # SASL/SSL for Spark's Kafka consumer: its options prefixed kafka. (values never logged)

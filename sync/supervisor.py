@@ -52,6 +52,10 @@ _OUR_ERROR = re.compile(r"cdcsync\.[\w.]*(Error|Record): ")
 _FATAL_IN_BATCH = re.compile(r"cdcsync\.[\w.]*\.(FatalError|PositionError|ConfigError): ")
 
 
+class Relaunch(Exception):  # noqa: N818  (an instruction, not an error)
+    """Raised by a check: the follower is fine but must start again (its tables' topics appeared)."""
+
+
 @dataclass
 class Child:
     cfg: FollowerConfig
@@ -164,6 +168,10 @@ class Supervisor:
         assert self._check is not None
         try:
             self._check(child.cfg, child.topics)
+        except Relaunch as news:
+            log.info("follower=%s relaunch: %s", child.name, news)
+            child.query.stop()
+            self._launch(child)
         except FatalError as err:
             child.query.stop()
             self._failed(child, err, str(err))

@@ -219,6 +219,7 @@ def drop_capture(config: Config) -> None:
                         break
                     time.sleep(0.5)
                 conn.execute(f"DROP PUBLICATION IF EXISTS {source.publication}")
+        execute(source.kind, f"DROP TABLE IF EXISTS {source.signal_table.table}")
         delete_topics(config, [t.name for t in topic_specs(source)])
 
 

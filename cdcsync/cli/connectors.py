@@ -23,6 +23,8 @@ def apply_cmd(ctx: click.Context, sources: tuple[str, ...], as_json: bool) -> No
 
     Validates every config with Connect and checks every source first; nothing
     is registered unless all pass. Applying an unchanged config is a no-op.
+    A table added to a running connector gets an incremental snapshot, so its
+    existing rows reach its topic too.
     """
     from cdcsync.connectors.apply import apply
 
@@ -35,6 +37,10 @@ def apply_cmd(ctx: click.Context, sources: tuple[str, ...], as_json: bool) -> No
             click.echo(f"  {line}")
         detail = f" ({', '.join(r.changed_keys)})" if r.action == "updated" else ""
         click.echo(f"connector {r.connector}: {r.action}{detail}")
+        for line in r.warnings:
+            click.echo(f"warning: {line}", err=True)
+        if r.snapshot:
+            click.echo(f"connector {r.connector}: incremental snapshot requested for {', '.join(r.snapshot)}")
 
 
 @connectors.command("status")
@@ -55,3 +61,35 @@ def status_cmd(ctx: click.Context, sources: tuple[str, ...], as_json: bool) -> N
                 click.echo(f"  task {t['id']:<3} {t['state']:<10} {t.get('trace', '')}")
     if not healthy(report):
         ctx.exit(1)
+
+
+@connectors.command("snapshot")
+@click.argument("source")
+@click.option("--table", "tables", multiple=True, required=True, help="A captured table (namespace.table); repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the signal as JSON.")
+@click.pass_context
+def snapshot_cmd(ctx: click.Context, source: str, tables: tuple[str, ...], as_json: bool) -> None:
+    """Ask SOURCE's connector to read TABLE's rows again into its topic (a Debezium incremental snapshot).
+
+    `connectors apply` does this by itself for a table added to a running
+    connector; run it by hand when a topic lacks rows its table holds. Capture
+    reads the table in chunks while it keeps streaming; followers apply the
+    rows by version. Exit 0 signalled, 1 failed, 2 usage or config error.
+    """
+    from cdcsync.connectors.apply import client_for
+    from cdcsync.connectors.render import render
+    from cdcsync.connectors.signals import request_snapshot, wait_for_tasks
+
+    config = load(ctx)
+    src = config.source(source)
+    by_name = {str(t).lower(): t for t in src.tables}
+    unknown = [t for t in tables if t.lower() not in by_name]
+    if unknown:
+        raise click.UsageError(f"source {src.name} does not capture {unknown}; it captures {sorted(by_name)}")
+    wanted = [by_name[t.lower()] for t in tables]
+    wait_for_tasks(client_for(config), src, render(src, config), timeout_s=60)
+    signal = request_snapshot(src, wanted)
+    if as_json:
+        click.echo(json.dumps({"source": src.name, "signal": signal, "tables": [str(t) for t in wanted]}))
+    else:
+        click.echo(f"connector {src.name}: incremental snapshot requested for {', '.join(map(str, wanted))} ({signal})")

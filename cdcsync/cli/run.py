@@ -78,8 +78,8 @@ def run(
     from cdcsync.spark import spark_session
     from cdcsync.sync import rebuild
     from cdcsync.sync.position import check_position
-    from cdcsync.sync.stream import build_follower, checkpoint_dir, start_query
-    from cdcsync.sync.supervisor import Supervisor
+    from cdcsync.sync.stream import build_follower, checkpoint_dir, present_topics, start_query
+    from cdcsync.sync.supervisor import Relaunch, Supervisor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     for noisy in ("py4j", "elastic_transport"):  # a line per request is not the daemon's news
@@ -125,9 +125,17 @@ def run(
         query = start_query(spark, config, cfg, follower)
         log.info("follower=%s started topics=%d checkpoint=%s", cfg.name, len(follower.mappings),
                  checkpoint_dir(config, cfg))  # fmt: skip
-        return query, sorted(follower.mappings)
+        return query, present_topics(config, sorted(follower.mappings))
 
-    supervisor = Supervisor(selected, start, check=lambda cfg, topics: check_position(config, cfg, topics))
+    def check(cfg: Any, topics: list[str]) -> None:
+        check_position(config, cfg, topics)
+        follower = built.get(cfg.name)
+        waiting = sorted(set(follower.mappings) - set(topics)) if follower is not None else []
+        appeared = present_topics(config, waiting) if waiting else []
+        if appeared:  # a table added to it, whose connector has been applied since
+            raise Relaunch(f"now following {appeared} as well")
+
+    supervisor = Supervisor(selected, start, check=check)
     watch = CaptureWatch(config) if capture_watch and config.sources else None
     if watch is not None:
         threading.Thread(target=_watch_capture, args=(watch,), name="cdcsync-capture-watch", daemon=True).start()

@@ -187,6 +187,11 @@ class DeltaSink:
             for name in fields:
                 table.learned.pop(name, None)
 
+    def settle(self) -> None:
+        """Drop forgotten columns now: called while no writer runs (a follower starting, sync.rebuild)."""
+        for table in self._tables.values():
+            self._drop_columns(table)
+
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """A fresh staging table per target, beside the live one (module docstring)."""
         for target, columns in self._wanted(mappings).items():

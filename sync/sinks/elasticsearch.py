@@ -251,6 +251,9 @@ class ElasticsearchSink:
             )
         return {f: m for f, m in props.items() if f not in legacy}
 
+    def settle(self) -> None:
+        """Nothing deferred: ``forget`` removes the fields at once."""
+
     def forget(self, target: str, fields: Sequence[str]) -> None:
         """Remove ``fields`` from every document of ``target`` (DROP COLUMN), at the version each one has.
 

@@ -194,6 +194,9 @@ class RedisSink:
             self._check_target(mapping.target)
         self._load_script()
 
+    def settle(self) -> None:
+        """Nothing deferred: ``forget`` removes the fields at once."""
+
     def forget(self, target: str, fields: Sequence[str]) -> None:
         """Remove ``fields`` from every row hash of ``target`` (DROP COLUMN); ``_v`` stays, so versions still order."""
         self._check_target(target)

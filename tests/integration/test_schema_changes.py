@@ -14,6 +14,7 @@ exact digits.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,38 @@ def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_conver
 
 
 @pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
+def test_a_rename_and_a_drop_while_the_followers_are_stopped_are_noticed_when_they_start(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    """Migrations run during a deploy, with the daemon stopped: the followers start on the new shape and see no
+    change event showing the old one. The shape each remembered is compared with the catalog's: the dropped
+    column leaves every row, the rename is recorded for a rebuild, and that rebuild converges."""
+    from cdcsync.snapshot.reindex import reindex
+    from cdcsync.sync import rebuild
+
+    t = f"off_{kind[:2]}_{uid()}"
+    ns = "public" if kind == "postgres" else "inventory"
+    ddl = table_of(kind, t, "id INT PRIMARY KEY, v INT NOT NULL, note TEXT, junk TEXT", "n, CONCAT('n', n), 'j'")
+    with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, ddl) as sc:
+        sc.run_once()
+        sc.assert_converged()
+        sc.followers.clear()  # the daemon stops; the migration runs
+        execute(kind, f"ALTER TABLE {t} RENAME COLUMN note TO memo", f"ALTER TABLE {t} DROP COLUMN junk")
+        sc.run_once()  # and it starts again
+        target = sc.followers["cache"].mappings[next(iter(sc.followers["cache"].mappings))].target
+        for name in ("search", "cache", "warehouse"):
+            needed = rebuild.needed(sc.config, name)
+            assert "while the follower was stopped" in needed.get(f"{ns}.{t}", {}).get("reason", ""), (name, needed)
+            assert all("junk" not in doc for _, doc in sc.held(name, target).values()), name  # forgotten everywhere
+        for cfg in sc.config.followers:
+            reindex(sc.config, cfg, spark, table=f"{ns}.{t}", origin="source")
+        sc.followers.clear()
+        sc.run_once()
+        sc.assert_converged()
+        assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)  # not marked again
+
+
+@pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
 def test_widening_int_to_bigint_and_varchar_to_text_needs_nothing(spark: Any, tmp_path: Path, kind: str) -> None:
     """The sinks' types are the wide ones already (BIGINT, string, long, text): values past the old bounds fit."""
     t = f"wide_{kind[:2]}_{uid()}"
@@ -255,3 +288,91 @@ def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
         sc.run_once()
         sc.assert_converged()
         assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+def test_a_table_added_to_a_running_deployment_is_bootstrapped_alone(spark: Any, tmp_path: Path, kind: str) -> None:
+    """A table with rows already in it is added to ``cdcsync.yaml``: ``connectors apply`` has capture snapshot it
+    (incrementally, while it streams), a restarted follower reads its new topic from the start while its other
+    table goes on from its position, and every store equals the source, rows changed during the snapshot included.
+
+    The table has a composite text key and some 20 KB rows; the writer updates, deletes, inserts and changes keys
+    while the snapshot runs.
+    """
+    import threading
+
+    from cdcsync.config import Config
+    from cdcsync.connectors.apply import apply
+    from cdcsync.connectors.topics import delete_topics
+
+    t, late = f"old_{kind[:2]}_{uid()}", f"late_{kind[:2]}_{uid()}"
+    ns = "public" if kind == "postgres" else "inventory"
+    rows = 1500
+    ids = f"generate_series(1, {rows}) AS g(n)" if kind == "postgres" else f"(SELECT seq AS n FROM seq_1_to_{rows}) g"
+    body = "CASE WHEN n % 10 = 0 THEN REPEAT('w', 20000) ELSE CONCAT('b', n) END"
+    execute(
+        kind,
+        f"CREATE TABLE {late} (region VARCHAR(16), n INT, body TEXT NOT NULL, PRIMARY KEY (region, n))",
+        f"INSERT INTO {late} SELECT CONCAT('r', n % 3), n, {body} FROM {ids}",
+    )
+    config: Config | None = None
+    try:
+        with scenario(spark, tmp_path, {kind: [f"{ns}.{t}"]}, numbered_table(t, ROWS, kind)) as sc:
+            sc.run_once()
+            execute(kind, f"UPDATE {t} SET v = v + 1000 WHERE id <= 5")
+
+            raw = {**sc.raw, "sources": [{**sc.raw["sources"][0], "tables": [*sc.raw["sources"][0]["tables"],
+                                                                              f"{ns}.{late}"]}]}  # fmt: skip
+            config = Config.model_validate(raw)
+            stop, errors = threading.Event(), []
+
+            def write() -> None:  # during the snapshot: updates, deletes, inserts and key changes
+                i = 0
+                try:
+                    while not stop.is_set() and i < 1000:
+                        i += 1
+                        n = (i * 7) % rows + 1
+                        execute(
+                            kind,
+                            f"UPDATE {late} SET body = CONCAT(body, '+') WHERE n = {n}",
+                            f"DELETE FROM {late} WHERE n = {(i * 13) % rows + 1} AND n % 5 = 1",  # a fifth, at most
+                            f"INSERT INTO {late} VALUES ('new', {100000 + i}, 'i{i}')",
+                            f"UPDATE {late} SET n = n + 200000 WHERE region = 'new' AND n = {100000 + i - 5}",
+                        )
+                        time.sleep(0.01)
+                except BaseException as err:
+                    errors.append(err)
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            try:
+                results = apply(config)
+                assert results[0].snapshot == [f"{ns}.{late}"], results[0].as_dict()
+                assert apply(config)[0].snapshot == []  # signalled once
+                sc.config = config
+                sc.followers.clear()  # the daemon's restart: new mappings, same checkpoints
+                sc.run_once()
+                time.sleep(5)
+            finally:
+                stop.set()
+                writer.join()
+            assert not errors, errors
+
+            deadline = time.monotonic() + 300
+            while True:  # the snapshot runs in chunks behind the writes: converged once it has read the table
+                sc.run_once()
+                dirty = [r.as_dict() for r in sc.verify() if not r.clean]
+                if not dirty or time.monotonic() > deadline:
+                    break
+                time.sleep(5)
+            assert not dirty, dirty
+            held = sc.held(
+                "cache", sc.followers["cache"].mappings[config.sources[0].topic(config.sources[0].tables[-1])].target
+            )
+            assert len(held) >= rows - rows // 5 and any(
+                len(str(doc.get("body", ""))) >= 20000 for _, doc in held.values()
+            )
+    finally:
+        if config is not None:
+            delete_topics(config, [config.sources[0].topic(config.sources[0].tables[-1])])
+        execute(kind, f"DROP TABLE IF EXISTS {late}")

@@ -67,3 +67,35 @@ def test_table_topics_keep_changes_uncompacted_for_the_source_horizon() -> None:
     assert table.config["min.compaction.lag.ms"] == table.config["delete.retention.ms"] == "3600000"
     assert "min.compaction.lag.ms" not in specs["__debezium-heartbeat.src"].config  # heartbeats need no horizon
     assert config().sources[0].compaction_horizon_s == 7 * 24 * 3600
+
+
+def test_every_connector_takes_signals_from_a_table_beside_its_first_and_that_topic_is_created() -> None:
+    for kind, tables, expected in (("postgres", ["public.a_b"], "public.cdcsync_signal_src"),
+                                   ("mariadb", ["app.t", "other.u"], "app.cdcsync_signal_src")):  # fmt: skip
+        cfg = config(kind=kind, tables=tables)
+        rendered = render(cfg.sources[0], cfg)
+        assert (rendered["signal.data.collection"], rendered["signal.enabled.channels"]) == (expected, "source")
+        assert f"src.{expected}" in {s.name for s in topic_specs(cfg.sources[0])}
+    mariadb = config(kind="mariadb", tables=["app.t"])
+    # Every table's DDL in the history: a table added later is known (connectors.signals.unknown_schemas).
+    assert render(mariadb.sources[0], mariadb)["schema.history.internal.store.only.captured.tables.ddl"] == "false"
+
+
+def test_added_tables_are_those_the_running_connector_does_not_capture() -> None:
+    from cdcsync.connectors.signals import added_tables, unknown_schemas
+
+    cfg = config(tables=["public.a_b", "public.c", "public.new"])
+    source = cfg.sources[0]
+    assert added_tables(source, None) == []  # a new connector snapshots everything anyway
+    current = {"table.include.list": r"public\.a_b,public\.c"}
+    assert [str(t) for t in added_tables(source, current)] == ["public.new"]
+    assert unknown_schemas(source, current, added_tables(source, current)) == []  # Postgres reads the catalog
+
+    maria = config(kind="mariadb", tables=["app.t", "app.new", "other.x"]).sources[0]
+    running = {"table.include.list": r"app\.t", "database.include.list": "app",
+               "schema.history.internal.store.only.captured.tables.ddl": "false"}  # fmt: skip
+    (problem,) = unknown_schemas(maria, running, added_tables(maria, running))
+    assert "other.x" in problem and "app.new" not in problem and "DELETE /connectors/src" in problem
+    older = {**running, "schema.history.internal.store.only.captured.tables.ddl": "true"}
+    (problem,) = unknown_schemas(maria, older, added_tables(maria, older))
+    assert "app.new, other.x" in problem and "keeps the DDL of its captured tables only" in problem

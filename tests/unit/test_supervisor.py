@@ -170,6 +170,33 @@ def test_a_position_past_the_horizon_stops_only_that_follower(clock: Clock) -> N
     assert not s.children[0].query.isActive
 
 
+def test_a_check_that_asks_for_a_relaunch_restarts_that_follower_at_once_without_counting_a_failure(
+    clock: Clock,
+) -> None:
+    appeared = {"a": True}
+
+    def check(cfg: FollowerConfig, topics: list[str]) -> None:
+        if appeared.get(cfg.name):
+            appeared[cfg.name] = False
+            raise sup.Relaunch("now following ['t2'] as well")
+
+    starts: list[str] = []
+
+    def start(cfg: FollowerConfig) -> tuple[Query, list[str]]:
+        starts.append(cfg.name)
+        return Query(), ["t1", "t2"] if len(starts) > 2 else ["t1"]
+
+    s = Supervisor([follower("a"), follower("b")], start, check=check)
+    s.start_all()
+    first = s.children[0].query
+    clock.now += sup.POSITION_CHECK_S
+    s.tick()
+    assert starts == ["a", "b", "a"] and not first.isActive
+    a = s.children[0]
+    assert a.state == "running" and a.topics == ["t1", "t2"] and a.failures_in_row == 0 and a.restarts == 0
+    assert s.children[1].query.isActive
+
+
 def test_a_batch_that_gave_up_on_its_sink_counts_the_retries_its_error_reports() -> None:
     from cdcsync import metrics
     from cdcsync.sync.executors import count_failed_retries

@@ -1,0 +1,238 @@
+"""A table added to a running connector gets its existing rows into the log: Debezium's incremental snapshot.
+
+A connector whose initial snapshot is done streams only changes. A table
+added to ``sources[].tables`` later would reach its topic with the changes
+made after ``connectors apply`` and none of the rows it already held, and
+every follower, every ``bootstrap --from topics`` and every ``reindex`` would
+lack them for good. So ``connectors apply`` asks capture for an incremental
+snapshot of each added table (docs/schema-changes.md, "A table added"):
+
+1. Each connector is configured with a signal table in the source
+   (``signal.data.collection``, ``cdcsync_signal_<source>`` next to the source's
+   first table), which apply creates if missing. Debezium also writes its snapshot
+   windows' watermarks there.
+2. Before the config with the new table is PUT, the added tables are recorded
+   in ``<state>/capture/<source>.json``: an apply killed between the PUT and
+   the signal finds them there next time, instead of treating the connector
+   as "unchanged" and never snapshotting them.
+3. After the PUT, apply waits until every task runs with the new include list
+   (a task still on the old list would read the signal and skip the table),
+   then inserts an ``execute-snapshot`` signal row and clears the record.
+
+The snapshot is read in chunks while streaming goes on; Debezium drops a
+chunk's row when a change of that key is streamed within the chunk's window,
+so the topic ends with every row once, ranked by the versions of
+``cdcsync.events`` (an incremental snapshot row sits at the transaction it is
+emitted in). A follower reads the new topic from its beginning
+(``sync.stream``): that is the bootstrap of that table alone, while its other
+tables keep streaming.
+
+``cdcsync connectors snapshot SOURCE --table T`` sends the same signal by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from pathlib import Path
+
+from cdcsync.config import Config, SourceConfig, TableRef
+from cdcsync.connectors.client import ConnectClient
+from cdcsync.db import connect_mariadb, connect_postgres
+from cdcsync.errors import ConfigError, RetryableError
+
+INCLUDE_LIST = "table.include.list"
+
+
+def include_entry(table: TableRef) -> str:
+    """A table as the connector's include list names it (anchored regular expressions, so escaped)."""
+    return re.escape(str(table))
+
+
+def added_tables(source: SourceConfig, current: dict[str, str] | None) -> list[TableRef]:
+    """Tables of ``source`` that the connector's current config does not capture (none for a new connector)."""
+    if current is None:
+        return []
+    captured = set(filter(None, current.get(INCLUDE_LIST, "").split(",")))
+    return [t for t in source.tables if include_entry(t) not in captured]
+
+
+HISTORY_OF_CAPTURED_ONLY = "schema.history.internal.store.only.captured.tables.ddl"
+
+
+def unknown_schemas(source: SourceConfig, current: dict[str, str], added: list[TableRef]) -> list[str]:
+    """Added MariaDB tables whose schema the running connector never recorded: it would fail on their first change.
+
+    A MariaDB connector knows a table's columns from its schema history, which
+    holds the DDL of every table of the captured databases, unless the
+    connector was created by an earlier cdcsync with ``store.only.captured.
+    tables.ddl=true`` (captured tables only), or the table is in a database it
+    did not capture. Those connectors must be created anew (a full snapshot).
+    """
+    if source.kind == "postgres" or not added:
+        return []
+    databases = set(filter(None, current.get("database.include.list", "").split(",")))
+    captured_only = current.get(HISTORY_OF_CAPTURED_ONLY, "false").lower() == "true"
+    lacking = [t for t in added if captured_only or re.escape(t.namespace) not in databases]
+    if not lacking:
+        return []
+    why = "keeps the DDL of its captured tables only" if captured_only else "does not capture their databases"
+    return [
+        f"source {source.name}: cannot add {', '.join(map(str, lacking))} to the running connector: its schema "
+        f"history {why}, so their first change would fail its task. Create the connector anew (a full snapshot; "
+        f"followers rank its rows by version, nothing is lost): DELETE /connectors/{source.name} on Kafka Connect, "
+        'then `cdcsync connectors apply` (docs/schema-changes.md, "A table added")'
+    ]
+
+
+def ensure_signal_table(source: SourceConfig) -> tuple[str | None, bool]:
+    """Create the source's signal table when missing: (None, False) when it is usable, else (why, fatal).
+
+    Created as the source's user, who must be able to insert into it
+    (Debezium writes its watermarks as that user) and, on Postgres, own it
+    (a filtered publication holds only tables its user owns: one it does not
+    own fails the connector, hence fatal). A user without CREATE on the schema
+    is not refused: only adding a table needs signals, and ``connectors apply``
+    refuses that, with this line, while the table is missing.
+    """
+    table = _quoted(source, source.signal_table)
+    ddl = f"CREATE TABLE {table} (id VARCHAR(64) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048))"
+    try:
+        owned = _owned(source)
+        if owned is None:
+            _execute(source, ddl)
+            return None, False
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+        return (
+            f"source {source.name}: no signal table {source.signal_table}, and {source.user} cannot create it "
+            f"({type(err).__name__}: {first}); as an administrator run: {ddl}; then make {source.user} its owner "
+            "(Postgres) or grant it SELECT and INSERT on it (MariaDB)",
+            False,
+        )
+    if not owned:
+        return (
+            f"source {source.name}: {source.user} does not own the signal table {source.signal_table}, so Debezium "
+            f"cannot add it to publication {source.publication}; run ALTER TABLE {table} OWNER TO {source.user}",
+            True,
+        )
+    return None, False
+
+
+def request_snapshot(source: SourceConfig, tables: list[TableRef]) -> str:
+    """Insert an ``execute-snapshot`` signal for ``tables``; returns the signal's id."""
+    unknown = [str(t) for t in tables if t not in source.tables]
+    if unknown:
+        raise ConfigError([f"source {source.name}: does not capture {unknown}; add them to sources[].tables first"])
+    signal_id = f"cdcsync-{uuid.uuid4()}"
+    data = json.dumps({"data-collections": [str(t) for t in tables], "type": "incremental"})
+    table = _quoted(source, source.signal_table)
+    _execute(source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data))
+    return signal_id
+
+
+def wait_for_tasks(client: ConnectClient, source: SourceConfig, desired: dict[str, str], timeout_s: float) -> None:
+    """Wait until the connector and every task run with ``desired``'s include list."""
+    deadline, seen = time.monotonic() + timeout_s, "no tasks"
+    while time.monotonic() < deadline:
+        tasks = client.tasks(source.name)
+        status = client.status(source.name) or {}
+        states = [t.get("state") for t in status.get("tasks", [])]
+        lists = {t.get("config", {}).get(INCLUDE_LIST) for t in tasks}
+        seen = f"tasks {states}, include lists {sorted(map(str, lists))}"
+        if tasks and lists == {desired.get(INCLUDE_LIST)} and states and all(s == "RUNNING" for s in states):
+            if (status.get("connector") or {}).get("state") == "RUNNING":
+                return
+        time.sleep(1)
+    raise RetryableError(
+        f"connector {source.name}: its tasks did not run the new table list within {timeout_s:.0f}s ({seen}); "
+        "the snapshot of the added tables stays pending: run `cdcsync connectors apply` again"
+    )
+
+
+def pending_file(base: Path, source: str) -> Path:
+    return base / "capture" / f"{source}.json"
+
+
+def pending(base: Path, source: SourceConfig) -> list[TableRef]:
+    """Tables recorded for a snapshot not yet signalled (still captured by the source)."""
+    path = pending_file(base, source.name)
+    if not path.exists():
+        return []
+    names = set(json.loads(path.read_text()).get("snapshot", []))
+    return [t for t in source.tables if str(t) in names]
+
+
+def record_pending(base: Path, source: SourceConfig, tables: list[TableRef]) -> None:
+    path = pending_file(base, source.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = sorted({*map(str, pending(base, source)), *map(str, tables)})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"source": source.name, "snapshot": names, "recorded_at": time.time()}))
+    tmp.replace(path)
+
+
+def clear_pending(base: Path, source: SourceConfig) -> None:
+    pending_file(base, source.name).unlink(missing_ok=True)
+
+
+def snapshot_added(
+    config: Config, client: ConnectClient, source: SourceConfig, desired: dict[str, str], timeout_s: float = 120
+) -> list[TableRef]:
+    """Signal the snapshot of every pending table of ``source`` once its tasks run ``desired``; returns them."""
+    from cdcsync.sync.position import base_dir
+
+    base = base_dir(config)
+    tables = pending(base, source)
+    if not tables:
+        clear_pending(base, source)
+        return []
+    wait_for_tasks(client, source, desired, timeout_s)
+    request_snapshot(source, tables)
+    clear_pending(base, source)
+    return tables
+
+
+def _quoted(source: SourceConfig, table: TableRef) -> str:
+    quote = '"' if source.kind == "postgres" else "`"
+    return f"{quote}{table.namespace}{quote}.{quote}{table.table}{quote}"
+
+
+def _owned(source: SourceConfig) -> bool | None:
+    """None when the signal table is missing; else whether the source's user may use it (Postgres: owns it)."""
+    table = source.signal_table
+    if source.kind == "postgres":
+        with connect_postgres(source) as conn:
+            row = conn.execute(
+                "SELECT pg_get_userbyid(c.relowner) = current_user OR (SELECT rolsuper FROM pg_roles"
+                " WHERE rolname = current_user) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = %s",
+                (table.namespace, table.table),
+            ).fetchone()
+            return None if row is None else bool(row[0])
+    conn = connect_mariadb(source)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                (table.namespace, table.table),
+            )
+            return None if cur.fetchone() is None else True
+    finally:
+        conn.close()
+
+
+def _execute(source: SourceConfig, sql: str, params: tuple[str, ...] = ()) -> None:
+    if source.kind == "postgres":
+        with connect_postgres(source, autocommit=True) as conn:
+            conn.execute(sql, params or None)  # type: ignore[arg-type]
+        return
+    conn = connect_mariadb(source)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+        conn.commit()
+    finally:
+        conn.close()
