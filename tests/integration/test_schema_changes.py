@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,33 @@ def table_of(kind: str, t: str, columns: str, values: str, rows: int = ROWS) -> 
     """DDL for ``scenario``: ``t (columns)`` holding ids 1..rows, the other columns ``values`` of each id ``n``."""
     ids = f"generate_series(1, {rows}) AS g(n)" if kind == "postgres" else f"(SELECT seq AS n FROM seq_1_to_{rows}) g"
     return {kind: [f"CREATE TABLE {t} ({columns})", f"INSERT INTO {t} SELECT n, {values} FROM {ids}"]}
+
+
+@contextmanager
+def polled(sc: Any, target: str) -> Iterator[dict[str, list[int]]]:
+    """A reader thread counting the rows each follower's store shows for ``target`` until the block ends."""
+    import threading
+
+    seen: dict[str, list[int]] = {name: [] for name in sc.followers}
+    stop, errors = threading.Event(), []
+
+    def loop() -> None:
+        while not stop.is_set():
+            for name in seen:
+                try:
+                    seen[name].append(len(sc.held(name, target)))
+                except Exception as err:  # a reader error is what the rebuild must not cause
+                    errors.append(f"{name}: {err}")
+            time.sleep(0.2)
+
+    reader = threading.Thread(target=loop)
+    reader.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        reader.join()
+    assert not errors, errors[:5]
 
 
 @pytest.fixture(scope="module")
@@ -281,8 +309,11 @@ def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
         for name in ("search", "warehouse"):  # a restart before the rebuild: refused, the command named
             with pytest.raises(FatalError, match=f"cdcsync reindex {name} --table .* --from source"):
                 build_follower(sc.config, sc.config.follower(name), spark)
-        for cfg in sc.config.followers:
-            reindex(sc.config, cfg, spark, table=f"{ns}.{t}", origin="source")
+        target = sc.followers["cache"].mappings[next(iter(sc.followers["cache"].mappings))].target
+        with polled(sc, target) as seen:  # readers of every store throughout the rebuilds
+            for cfg in sc.config.followers:
+                reindex(sc.config, cfg, spark, table=f"{ns}.{t}", origin="source")
+        assert all(seen[name] and min(seen[name]) >= ROWS for name in seen), seen  # never empty, never partial
         sc.followers.clear()
         execute(kind, f"UPDATE {t} SET v = 'after' WHERE id = 4")
         sc.run_once()
