@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 import pymysql  # type: ignore[import-untyped]
 
@@ -32,3 +34,20 @@ def connect_mariadb(source: SourceConfig, timeout_s: int = 10, database: bool = 
         password=source.password.get_secret_value(),
         connect_timeout=timeout_s,
     )
+
+
+def fetch(source: SourceConfig, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement as the source's user (autocommit) and return its rows; ``%s`` placeholders on both kinds."""
+    if source.kind == "postgres":
+        with connect_postgres(source, autocommit=True) as conn:
+            cur = conn.execute(sql, params or None)  # type: ignore[arg-type]
+            return list(cur.fetchall()) if cur.description else []
+    conn = connect_mariadb(source)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            rows = list(cur.fetchall()) if cur.description else []
+        conn.commit()
+        return rows
+    finally:
+        conn.close()

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from cdcsync.config import Config, SourceConfig, TableRef
 from cdcsync.connectors.client import ConnectClient
-from cdcsync.db import connect_mariadb, connect_postgres
+from cdcsync.db import fetch
 from cdcsync.errors import ConfigError, RetryableError
 
 INCLUDE_LIST = "table.include.list"
@@ -102,7 +102,7 @@ def ensure_signal_table(source: SourceConfig) -> tuple[str | None, bool]:
     try:
         owned = _owned(source)
         if owned is None:
-            _execute(source, ddl)
+            fetch(source, ddl)
             return None, False
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
@@ -129,7 +129,7 @@ def request_snapshot(source: SourceConfig, tables: list[TableRef]) -> str:
     signal_id = f"cdcsync-{uuid.uuid4()}"
     data = json.dumps({"data-collections": [str(t) for t in tables], "type": "incremental"})
     table = _quoted(source, source.signal_table)
-    _execute(source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data))
+    fetch(source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data))
     return signal_id
 
 
@@ -203,36 +203,12 @@ def _quoted(source: SourceConfig, table: TableRef) -> str:
 def _owned(source: SourceConfig) -> bool | None:
     """None when the signal table is missing; else whether the source's user may use it (Postgres: owns it)."""
     table = source.signal_table
-    if source.kind == "postgres":
-        with connect_postgres(source) as conn:
-            row = conn.execute(
-                "SELECT pg_get_userbyid(c.relowner) = current_user OR (SELECT rolsuper FROM pg_roles"
-                " WHERE rolname = current_user) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE n.nspname = %s AND c.relname = %s",
-                (table.namespace, table.table),
-            ).fetchone()
-            return None if row is None else bool(row[0])
-    conn = connect_mariadb(source)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-                (table.namespace, table.table),
-            )
-            return None if cur.fetchone() is None else True
-    finally:
-        conn.close()
-
-
-def _execute(source: SourceConfig, sql: str, params: tuple[str, ...] = ()) -> None:
-    if source.kind == "postgres":
-        with connect_postgres(source, autocommit=True) as conn:
-            conn.execute(sql, params or None)  # type: ignore[arg-type]
-        return
-    conn = connect_mariadb(source)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params or None)
-        conn.commit()
-    finally:
-        conn.close()
+    sql = (
+        "SELECT pg_get_userbyid(c.relowner) = current_user OR (SELECT rolsuper FROM pg_roles"
+        " WHERE rolname = current_user) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s"
+        if source.kind == "postgres"
+        else "SELECT TRUE FROM information_schema.tables WHERE table_schema = %s AND table_name = %s"
+    )
+    rows = fetch(source, sql, (table.namespace, table.table))
+    return bool(rows[0][0]) if rows else None

@@ -41,8 +41,8 @@ from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync import rebuild
 from cdcsync.sync.follower import BatchCounts, Follower, Record
+from cdcsync.sync.position import start_file
 from cdcsync.sync.sink import Sink
-from cdcsync.sync.stream import start_file
 
 CHUNK = 5000
 Offsets = dict[TopicPartition, int]

@@ -32,8 +32,10 @@ from typing import Any, NamedTuple
 
 import orjson
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync import metrics
+from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import BinlogSeq, Change, PoisonRecord, SnapshotLsn, parse_record
 from cdcsync.sync import shape
@@ -219,6 +221,29 @@ class DeadLetters:
         if remaining or self._errors:
             errors, self._errors = self._errors, []
             raise RetryableError(f"dead-letter topic {self.topic}: {remaining} undelivered, errors: {errors[:3]}")
+
+
+def ensure_dead_letter_topic(config: Config, follower: FollowerConfig) -> None:
+    """Create the follower's dead-letter topic if missing (30 days of retention: reasons to read, not state)."""
+    admin = AdminClient(config.kafka.client_config())
+    if follower.dlq_topic in admin.list_topics(timeout=15).topics:
+        return
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                follower.dlq_topic,
+                num_partitions=1,
+                replication_factor=config.kafka.topic_replication_factor,
+                config={"retention.ms": str(30 * 24 * 3600 * 1000)},
+            )
+        ]
+    )
+    for future in futures.values():
+        try:
+            future.result(timeout=30)
+        except Exception as err:  # created meanwhile by another process is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(err):
+                raise
 
 
 class Follower:

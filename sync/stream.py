@@ -1,5 +1,9 @@
 """One PySpark Structured Streaming query per follower: Kafka source, ``foreachBatch``, own checkpoint.
 
+This module builds a follower (``build_follower``) and starts its query
+(``start_query``); the sinks are made in ``sync.sinks``, the dead-letter
+topic in ``sync.follower``, positions are kept in ``sync.position``.
+
 Followers never block each other: each is its own query with its own
 checkpoint directory (its position in the log) and its own sink. The batch
 function runs on the driver and hands the records to ``Follower.process``;
@@ -18,19 +22,19 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
 from cdcsync.sync import batching, executors, rebuild
 from cdcsync.sync.catalog import learner, mappings_for
-from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, tune_gc
+from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, ensure_dead_letter_topic, tune_gc
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.position import base_dir, check_position, checkpoint_dir, resume_position, start_file
-from cdcsync.sync.sink import Sink
+from cdcsync.sync.sinks import build_sink
 
 log = logging.getLogger("cdcsync.stream")
 
@@ -61,59 +65,6 @@ def present_topics(config: Config, topics: list[str]) -> list[str]:
     """The topics among ``topics`` that exist: a table whose connector was not applied yet has none."""
     metadata = AdminClient(config.kafka.client_config()).list_topics(timeout=30).topics
     return [t for t in topics if t in metadata]
-
-
-def sink_client_options(follower: FollowerConfig) -> dict[str, Any]:
-    """The follower's credentials and CA as its sink's client options (``None``: not set); never in the URL."""
-    password = follower.password.get_secret_value() if follower.password else None
-    if follower.kind == "elasticsearch":
-        return {
-            "basic_auth": (follower.username, password) if follower.username and password is not None else None,
-            "api_key": follower.api_key.get_secret_value() if follower.api_key else None,
-            "ca_certs": follower.tls_ca,
-        }
-    return {"username": follower.username, "password": password, "ssl_ca_certs": follower.tls_ca}
-
-
-def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Sink:
-    if follower.kind == "elasticsearch":
-        from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
-
-        return ElasticsearchSink(
-            follower.name, follower.url or "", index_prefix=follower.prefix, **sink_client_options(follower)
-        )
-    if follower.kind == "redis":
-        from cdcsync.sync.sinks.redis import RedisSink
-
-        return RedisSink(follower.name, follower.url or "", prefix=follower.prefix, **sink_client_options(follower))
-    if spark is None:
-        raise FatalError(f"follower {follower.name}: the delta sink needs a Spark session")
-    from cdcsync.sync.sinks.delta import DeltaSink
-
-    path = follower.path or str(base_dir(config) / "warehouse" / follower.name)
-    return DeltaSink(follower.name, spark, path, soft_delete=follower.soft_delete, history=follower.history)
-
-
-def ensure_dead_letter_topic(config: Config, follower: FollowerConfig) -> None:
-    admin = AdminClient(config.kafka.client_config())
-    if follower.dlq_topic in admin.list_topics(timeout=15).topics:
-        return
-    futures = admin.create_topics(
-        [
-            NewTopic(
-                follower.dlq_topic,
-                num_partitions=1,
-                replication_factor=config.kafka.topic_replication_factor,
-                config={"retention.ms": str(30 * 24 * 3600 * 1000)},
-            )
-        ]
-    )
-    for future in futures.values():
-        try:
-            future.result(timeout=30)
-        except Exception as err:  # created meanwhile by another process is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(err):
-                raise
 
 
 def build_follower(

@@ -214,7 +214,7 @@ def _probe(config: Any, cfg: Any) -> tuple[bool, str]:
     if cfg.kind == "elasticsearch":
         from elasticsearch import Elasticsearch
 
-        from cdcsync.sync.stream import sink_client_options
+        from cdcsync.sync.sinks import sink_client_options
 
         auth = {k: v for k, v in sink_client_options(cfg).items() if v is not None}
         es = Elasticsearch(cfg.url, request_timeout=TIMEOUT_S, max_retries=0, **auth)
@@ -226,7 +226,7 @@ def _probe(config: Any, cfg: Any) -> tuple[bool, str]:
     if cfg.kind == "redis":
         import redis
 
-        from cdcsync.sync.stream import sink_client_options
+        from cdcsync.sync.sinks import sink_client_options
 
         auth = {k: v for k, v in sink_client_options(cfg).items() if v is not None}
         client = redis.Redis.from_url(cfg.url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S, **auth)

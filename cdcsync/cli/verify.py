@@ -21,7 +21,7 @@ def verify(ctx: click.Context, followers: tuple[str, ...], as_json: bool) -> Non
     """
     from cdcsync.snapshot.reindex import killed_line
     from cdcsync.sync import rebuild
-    from cdcsync.sync.stream import build_sink
+    from cdcsync.sync.sinks import build_sink
     from cdcsync.sync.verify import verify_follower
 
     config = load(ctx)

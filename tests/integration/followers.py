@@ -22,7 +22,8 @@ from elasticsearch import Elasticsearch
 
 from cdcsync.config import Config
 from cdcsync.connectors.apply import apply
-from cdcsync.sync.stream import build_follower, build_sink, start_query
+from cdcsync.sync.sinks import build_sink
+from cdcsync.sync.stream import build_follower, start_query
 from cdcsync.sync.verify import TableReport, verify_follower
 from tests.support import ENV, drop_capture, execute, read_topic, source_dict, uid, wait_streaming
 

@@ -36,7 +36,8 @@ from cdcsync.snapshot.bootstrap import Summary, capture, replay
 from cdcsync.snapshot.reindex import reindex
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.sink import Row
-from cdcsync.sync.stream import build_follower, build_sink
+from cdcsync.sync.sinks import build_sink
+from cdcsync.sync.stream import build_follower
 from cdcsync.sync.verify import TableReport, verify_follower
 from tests.integration.followers import Scenario, numbered_table, scenario
 from tests.support import ENV, execute, uid
