@@ -1,0 +1,417 @@
+"""``python -m bench.freshness``: source commit -> visible, read back from each store while ``cdcsync run`` follows.
+
+``cdcsync run`` (three followers: Elasticsearch, Redis, Delta; the default
+settings) follows one Postgres table while a writer commits updates at a
+steady rate, one phase per ``--rates`` entry (1k and 5k changes/s by
+default, ``--seconds`` each), then one phase flat out (``--burst`` updates as
+fast as Postgres takes them).
+
+**Markers.** Once a second the writer commits ``name = 'mark:<n>'`` to the
+row with id 0 and notes the time the commit returned. One poller per store
+reads that row as a reader would, every 50 ms: Elasticsearch by a
+near-real-time get (what a search sees: after a refresh), Redis by HGET,
+Delta by reading the Parquet files each new commit of the table's log adds.
+A marker's freshness is the time it was first seen minus its commit time; a
+marker overwritten before a poll saw it counts as seen with the next one.
+
+**The daemon's histogram.** ``cdcsync_apply_latency_seconds`` is scraped
+from ``/metrics`` at the start and end of each phase; its quantiles are
+interpolated within the buckets of the difference, as Prometheus'
+``histogram_quantile`` does. It measures commit -> written; the markers
+measure commit -> readable, so Elasticsearch's refresh is in the markers
+only.
+
+**Throughput.** Per phase: the rate written to Postgres, the rate that
+reached Kafka (capture), and each follower's ``cdcsync_changes_applied_total``
+rate. The burst phase gives the live throughput of the three followers
+together (changes / time until the last update is visible in every store)
+next to capture alone (the time until the last is in Kafka).
+
+Not a pass/fail test. Usage: python -m bench.freshness [--rates 1000,5000] [--seconds 180] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.common import ENV, cleanup, one_table_doc, say, three_followers
+
+TARGET = "marks"
+POLL_S = 0.05
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="1000,5000", help="steady phases, changes/s, comma-separated")
+    parser.add_argument("--seconds", type=float, default=180, help="length of each steady phase")
+    parser.add_argument("--burst", type=int, default=100_000, help="updates of the flat-out phase (0: none)")
+    parser.add_argument("--rows", type=int, default=50_000, help="rows of the table the writer rewrites in turn")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    args = parser.parse_args(argv)
+
+    from cdcsync.config import load_config
+    from cdcsync.connectors.apply import apply
+    from cdcsync.db import connect_postgres
+
+    tag = f"fresh{uuid.uuid4().hex[:6]}"
+    table = f"bench_{tag}"
+    tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-fresh-"))
+    followers = three_followers(tag, tmp)
+    for f in followers:
+        f["mappings"] = {f"public.{table}": {"target": TARGET}}
+    doc = one_table_doc(tag, table, followers, tmp, heartbeat_interval_ms=1000)
+    config_path = tmp / "cdcsync.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    config = load_config(config_path)
+    topic = config.sources[0].topic(config.sources[0].tables[0])
+    pg = connect_postgres(config.sources[0], autocommit=True)
+    pg.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name text NOT NULL, qty int NOT NULL, body text NOT NULL)")
+    pg.execute(
+        f"INSERT INTO {table} SELECT g, CASE WHEN g = 0 THEN 'mark:0' ELSE 'row ' || g END, 0, "
+        f"repeat(md5(g::text), 16) FROM generate_series(0, {args.rows}) g"
+    )
+    port = _free_port()
+    results: dict[str, Any] = {"rows": args.rows, "phases": []}
+    daemon, log = None, tmp / "run.log"
+    marks = Marks(pg, table)
+    pollers = [Poller(f, tag, marks) for f in ("search", "cache", "warehouse")]
+    try:
+        apply(config)
+        command = [sys.executable, "-m", "cdcsync", "--config", str(config_path)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CDCSYNC_SPARK_")}
+        daemon = subprocess.Popen([*command, "run", "--metrics-port", str(port)], stdout=log.open("wb"),
+                                  stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
+        for p in pollers:
+            p.start(tmp)
+        say(f"`cdcsync run` started (log {log}); waiting for the {args.rows:,} rows in every store ...")
+        started = time.monotonic()
+        while not all(p.seen >= 0 for p in pollers):
+            if daemon.poll() is not None:
+                raise SystemExit(f"`cdcsync run` exited ({daemon.returncode}): {log.read_text()[-2000:]}")
+            if time.monotonic() - started > 900:
+                raise SystemExit("the stores did not show the first marker within 900 s")
+            time.sleep(0.5)
+        say(f"  caught up after {time.monotonic() - started:.0f}s; settling 20 s")
+        time.sleep(20)
+        for rate in (int(r) for r in args.rates.split(",") if r):
+            phase = _steady(pg, table, rate, args.seconds, args.rows, marks, pollers, port=port, topic=topic)
+            results["phases"].append(phase)
+        if args.burst:
+            results["burst"] = _burst(pg, table, args.burst, args.rows, marks, pollers, topic, config)
+    finally:
+        for p in pollers:
+            p.stop()
+        if daemon is not None and daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            try:
+                daemon.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
+        cleanup(config, tag, table, pg)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print(results)
+    return 0
+
+
+class Marks:
+    """The markers committed so far: ``at[n]`` is when the commit of ``mark:<n>`` returned (monotonic)."""
+
+    def __init__(self, pg: Any, table: str) -> None:
+        self.pg, self.table = pg, table
+        self.at: dict[int, float] = {0: time.monotonic()}
+        self.lock = threading.Lock()
+
+    def commit(self) -> int:
+        n = max(self.at) + 1
+        with self.lock:
+            self.pg.execute(f"UPDATE {self.table} SET name = 'mark:{n}' WHERE id = 0")
+            self.at[n] = time.monotonic()
+        return n
+
+
+class Poller:
+    """Reads the marker row from one store every ``POLL_S``; ``delays[n]`` is marker n's commit -> seen."""
+
+    def __init__(self, name: str, tag: str, marks: Marks) -> None:
+        self.name, self.tag, self.marks = name, tag, marks
+        self.seen = -1
+        self.delays: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, tmp: Path) -> None:
+        read = {"search": self._search, "cache": self._cache, "warehouse": self._warehouse(tmp / "warehouse")}
+        self._thread = threading.Thread(target=self._loop, args=(read[self.name],), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self, read: Any) -> None:
+        while not self._stop.wait(POLL_S):
+            try:
+                n = read()
+            except Exception:  # noqa: BLE001  (the store not there yet: the index, the table)
+                continue
+            if n is not None and n > self.seen:
+                now = time.monotonic()
+                for m in range(self.seen + 1, n + 1):
+                    if m in self.marks.at:
+                        self.delays[m] = now - self.marks.at[m]
+                self.seen = n
+
+    def _search(self) -> int | None:
+        from elasticsearch import Elasticsearch
+
+        es = getattr(self, "_es", None) or Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
+        self._es = es
+        doc = es.get(index=f"{self.tag}-{TARGET}", id="0", realtime=False, source_includes=["name"])
+        return _mark(doc["_source"].get("name"))
+
+    def _cache(self) -> int | None:
+        import redis
+
+        r = getattr(self, "_redis", None) or redis.Redis(port=int(ENV["REDIS_PORT"]))
+        self._redis = r
+        return _mark(r.hget(f"{self.tag}:{TARGET}:0", "name"))
+
+    def _warehouse(self, path: Path) -> Any:
+        """A reader of the Delta log: each new commit's added files, searched for id 0 (no Spark)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        log_dir, state = path / TARGET / "_delta_log", {"next": 0, "mark": None}
+
+        def read() -> int | None:
+            while (entry := log_dir / f"{state['next']:020d}.json").exists():
+                for line in entry.read_text().splitlines():
+                    action = json.loads(line)
+                    if "add" in action:
+                        part = pq.read_table(path / TARGET / action["add"]["path"], columns=["_cdcsync_id", "name"])
+                        names = part.filter(pc.equal(part["_cdcsync_id"], "0"))["name"].to_pylist()
+                        if names:
+                            state["mark"] = _mark(names[-1])
+                state["next"] += 1  # type: ignore[operator]
+            return state["mark"]  # type: ignore[return-value]
+
+        return read
+
+
+def _mark(name: Any) -> int | None:
+    if isinstance(name, bytes):
+        name = name.decode()
+    return int(name.split(":", 1)[1]) if isinstance(name, str) and name.startswith("mark:") else None
+
+
+def _steady(
+    pg: Any,
+    table: str,
+    rate: int,
+    seconds: float,
+    rows: int,
+    marks: Marks,
+    pollers: list[Poller],
+    *,
+    port: int,
+    topic: str,
+) -> dict[str, Any]:
+    """Commit ``rate`` updates a second for ``seconds``, in ten statements a second, and a marker each second."""
+    say(f"steady {rate:,} changes/s for {seconds:.0f}s ...")
+    before, kafka_before = _scrape(port), _topic_end(topic)
+    first_mark, written, low = max(marks.at) + 1, 0, 1
+    per_tick = max(1, rate // 10)
+    started = time.monotonic()
+    tick = 0
+    while time.monotonic() - started < seconds:
+        if tick % 10 == 0:
+            marks.commit()
+        high = low + per_tick - 1
+        pg.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id BETWEEN {low} AND {min(high, rows)}")
+        written += min(high, rows) - low + 1
+        low = high + 1 if high < rows else 1
+        tick += 1
+        time.sleep(max(0.0, started + tick * 0.1 - time.monotonic()))
+    elapsed, kafka_at_end = time.monotonic() - started, _topic_end(topic)
+    last_mark = max(marks.at)
+    _wait_seen(pollers, last_mark, 120)
+    after = _scrape(port)
+    phase: dict[str, Any] = {
+        "rate": rate,
+        "written_per_s": round(written / elapsed),
+        # what capture had put in Kafka by the time the writer stopped: below written_per_s when it lags
+        "in_kafka_per_s": round((kafka_at_end - kafka_before) / elapsed),
+        "markers": last_mark - first_mark + 1,
+    }
+    for p in pollers:
+        delays = sorted(d for n, d in p.delays.items() if first_mark <= n <= last_mark)
+        hist = _histogram_delta(before, after, p.name)
+        phase[p.name] = {
+            "seen": {q: _quantile_sorted(delays, q) for q in ("p50", "p95", "p99")} | {"max": round(max(delays), 2)},
+            "histogram": {q: _bucket_quantile(hist, q) for q in ("p50", "p95", "p99")}
+            | {"within_1s": _within(hist, 1.0), "within_2s": _within(hist, 2.0)},
+            "applied_per_s": round(_counter_delta(before, after, p.name) / (time.monotonic() - started)),
+        }
+        say(f"  [{p.name}] seen p50/p95/p99 {phase[p.name]['seen']}  histogram {phase[p.name]['histogram']}")
+    return phase
+
+
+def _burst(
+    pg: Any, table: str, changes: int, rows: int, marks: Marks, pollers: list[Poller], topic: str, config: Any
+) -> dict[str, Any]:
+    """``changes`` updates as fast as Postgres takes them, then a marker: changes/s until visible, and in Kafka."""
+    say(f"burst: {changes:,} updates flat out ...")
+    target_end = _topic_end(topic) + changes + 1
+    started, low, done = time.monotonic(), 1, 0
+    while done < changes:
+        n = min(1000, changes - done, rows - low + 1)
+        pg.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id BETWEEN {low} AND {low + n - 1}")
+        done, low = done + n, (low + n - 1) % rows + 1
+    written_s = time.monotonic() - started
+    mark = marks.commit()  # after every update: seen means every update before it is applied
+    in_kafka = None
+    deadline = started + 1800
+    visible: dict[str, float] = {}
+    while len(visible) < len(pollers) and time.monotonic() < deadline:
+        if in_kafka is None and _topic_end(topic) >= target_end:
+            in_kafka = time.monotonic() - started
+        for p in pollers:
+            if p.name not in visible and p.seen >= mark:
+                visible[p.name] = time.monotonic() - started
+        time.sleep(0.2)
+    if len(visible) < len(pollers):
+        raise SystemExit(f"burst: not visible in {sorted({p.name for p in pollers} - set(visible))} within 1800 s")
+    in_kafka = in_kafka or max(visible.values())
+    out: dict[str, Any] = {
+        "changes": changes,
+        "written_per_s": round(changes / written_s),
+        "capture_per_s": round(changes / in_kafka),
+        "all_three_per_s": round(changes / max(visible.values())),
+    }
+    out |= {f"{name}_per_s": round(changes / s) for name, s in visible.items()}
+    out["ratio_to_capture"] = round(out["all_three_per_s"] / out["capture_per_s"], 2)
+    say(f"  {out}")
+    return out
+
+
+def _wait_seen(pollers: list[Poller], mark: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(p.seen < mark for p in pollers):
+        if time.monotonic() > deadline:
+            late = [p.name for p in pollers if p.seen < mark]
+            raise SystemExit(f"marker {mark} not visible in {late} within {timeout_s:.0f}s of the phase's end")
+        time.sleep(0.2)
+
+
+def _topic_end(topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{ENV['KAFKA_PORT']}", "group.id": "bench-freshness"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the daemon's ``/metrics``, keyed by (name, sorted labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _histogram_delta(before: dict[Any, float], after: dict[Any, float], follower: str) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of the phase's latency observations for ``follower``."""
+    out = []
+    for (name, labels), value in after.items():
+        tags = dict(labels)
+        if name == "cdcsync_apply_latency_seconds_bucket" and tags.get("follower") == follower:
+            out.append((float(tags["le"]), value - before.get((name, labels), 0.0)))
+    return sorted(out)
+
+
+def _counter_delta(before: dict[Any, float], after: dict[Any, float], follower: str) -> float:
+    return sum(
+        value - before.get((name, labels), 0.0)
+        for (name, labels), value in after.items()
+        if name == "cdcsync_changes_applied_total" and dict(labels).get("follower") == follower
+    )
+
+
+def _bucket_quantile(buckets: list[tuple[float, float]], q: str) -> float | None:
+    """``histogram_quantile``: linear within the bucket that holds the quantile."""
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return None
+    rank, lower, below = total * int(q[1:]) / 100, 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if upper == float("inf"):
+                return lower
+            return round(lower + (upper - lower) * (rank - below) / max(count - below, 1e-9), 2)
+        lower, below = upper, count
+    return None
+
+
+def _within(buckets: list[tuple[float, float]], bound: float) -> float | None:
+    total = buckets[-1][1] if buckets else 0
+    return round(dict(buckets)[bound] / total, 3) if total else None
+
+
+def _quantile_sorted(values: list[float], q: str) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(len(values) * int(q[1:]) / 100))], 2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _print(results: dict[str, Any]) -> None:
+    print(f"\nfreshness, source commit -> visible (s), {results['rows']:,}-row table, three followers, defaults")
+    print(f"{'rate/s':>7} {'sink':<10} {'seen p50':>9} {'p95':>6} {'p99':>6} {'max':>6}"
+          f" {'hist p50':>9} {'p95':>6} {'p99':>6} {'<=1s':>6} {'<=2s':>6} {'applied/s':>10}")  # fmt: skip
+    for phase in results["phases"]:
+        for name in ("search", "cache", "warehouse"):
+            s, h = phase[name]["seen"], phase[name]["histogram"]
+            print(
+                f"{phase['rate']:>7,} {name:<10} {s['p50']:>9} {s['p95']:>6} {s['p99']:>6} {s['max']:>6}"
+                f" {h['p50']!s:>9} {h['p95']!s:>6} {h['p99']!s:>6} {h['within_1s']!s:>6} {h['within_2s']!s:>6}"
+                f" {phase[name]['applied_per_s']:>10,}"
+            )
+        print(f"        written {phase['written_per_s']:,}/s, in Kafka {phase['in_kafka_per_s']:,}/s")
+    if "burst" in results:
+        b = results["burst"]
+        print(
+            f"burst of {b['changes']:,}: capture alone {b['capture_per_s']:,}/s; all three followers "
+            f"{b['all_three_per_s']:,}/s (ratio {b['ratio_to_capture']}); search {b['search_per_s']:,}/s, "
+            f"cache {b['cache_per_s']:,}/s, warehouse {b['warehouse_per_s']:,}/s"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
