@@ -1,16 +1,20 @@
-"""``make bench`` (bootstrap part): `bootstrap --from source` of a large table into Elasticsearch.
+"""``make bench`` (bootstrap part): a large table bootstrapped into Elasticsearch and Redis, and the naive ceiling.
 
-Measured in one run, on one table of N rows (default 1M) in Postgres:
+Measured in one run, on one table of N rows (default 1M) in Postgres, per sink:
 
 - **ceiling**: Postgres ``COPY ... TO STDOUT`` read with psycopg, every row
-  bulk-indexed straight into a plain index with the client library
-  (``helpers.bulk``); no snapshot, no versions, no Spark;
-- **bootstrap**: ``cdcsync bootstrap search --from source`` as the command runs
-  it: exported snapshot, Spark JDBC in parallel chunks, mapping, versioned bulk
-  writes, the log window, the recorded start position.
+  written straight into a default index (``helpers.bulk``, 1000 per request)
+  or Redis database (a pipeline of HSETs, 1000 per round trip) by one
+  thread with the client library; no snapshot, no versions, no Spark;
+- **--from source**: ``bootstrap --from source`` as the command runs it:
+  exported snapshot, Spark JDBC in parallel pieces, mapping, versioned writes
+  into a staged store, the log window, the publish, the recorded start;
+- **--from topics**: ``bootstrap --from topics``: the connector's snapshot
+  of the table read back from its topic, versioned writes into a staged
+  store, the publish.
 
-rows/s = N / wall time of each, and their ratio. Not a pass/fail test.
-Usage: python -m bench.bootstrap [--rows N] [--partitions P] [--json]
+rows/s = N / wall time of each, and the ratio to the ceiling. Not a pass/fail test.
+Usage: python -m bench.bootstrap [--rows N] [--sinks search,cache] [--origins source,topics] [--json]
 """
 
 from __future__ import annotations
@@ -26,17 +30,21 @@ from typing import Any
 
 from bench.common import ENV, cleanup, one_table_config, say
 
+KINDS = {"search": "elasticsearch", "cache": "redis"}
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--partitions", type=int, default=2, help="parallel JDBC reads")
+    parser.add_argument("--sinks", default="search,cache", help="search (Elasticsearch), cache (Redis)")
+    parser.add_argument("--origins", default="source,topics", help="what the bootstrap reads")
+    parser.add_argument("--partitions", type=int, default=2, help="parallel JDBC reads (--from source)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
 
-    from cdcsync.connectors.apply import apply, client_for
+    from cdcsync.connectors.apply import apply
     from cdcsync.db import connect_postgres
-    from cdcsync.snapshot.bootstrap import progress_bar
+    from cdcsync.snapshot.bootstrap import bootstrap_from_topics, capture, progress_bar
     from cdcsync.snapshot.source import bootstrap_from_source
     from cdcsync.spark import spark_session
     from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
@@ -44,17 +52,24 @@ def main(argv: list[str] | None = None) -> int:
     tag = f"bboot{uuid.uuid4().hex[:6]}"
     table = f"bench_{tag}"
     tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-boot-"))
-    es_url = f"http://127.0.0.1:{ENV['ES_PORT']}"
-    follower = {
-        "name": "search",
-        "kind": "elasticsearch",
-        "url": es_url,
-        "prefix": f"{tag}-",
-        "dead_letter_topic": f"dlq.{tag}.search",
-        "checkpoint_dir": str(tmp / "ckpt"),
-    }
-    config = one_table_config(tag, table, [follower], tmp, snapshot_mode="no_data")
+    sinks, origins = args.sinks.split(","), args.origins.split(",")
+    followers = [
+        {
+            "name": f"{sink}_{origin}",
+            "kind": KINDS[sink],
+            "url": _url(sink),
+            "prefix": f"{tag}{origin}-" if sink == "search" else f"{tag}{origin}",
+            "dead_letter_topic": f"dlq.{tag}.{sink}_{origin}",
+            "checkpoint_dir": str(tmp / f"ckpt-{sink}-{origin}"),
+        }
+        for sink in sinks
+        for origin in origins
+    ]
+    # The connector's own snapshot fills the topic for --from topics; --from source alone needs none of it.
+    snapshot_mode = "initial" if "topics" in origins else "no_data"
+    config = one_table_config(tag, table, followers, tmp, snapshot_mode=snapshot_mode)
     pg = connect_postgres(config.sources[0], autocommit=True)
+    topic = config.sources[0].topic(config.sources[0].tables[0])
     results: dict[str, Any] = {"rows": args.rows, "partitions": args.partitions}
     try:
         say(f"loading {args.rows:,} rows into {table} ...")
@@ -68,66 +83,102 @@ def main(argv: list[str] | None = None) -> int:
         )
         pg.execute(f"VACUUM ANALYZE {table}")
         apply(config)
-        _wait_running(client_for(config), tag)
+        deadline = time.monotonic() + 1800
+        while time.monotonic() < deadline:  # running, and (for --from topics) the snapshot all in the topic
+            held = sum(high - low for low, high in capture(config, [topic]).values())
+            if held >= (args.rows if "topics" in origins else 0) and _running(config, tag):
+                break
+            time.sleep(2)
+        else:
+            raise SystemExit(f"the connector did not put {args.rows:,} rows in {topic} within 1800 s")
 
-        say("ceiling: COPY out + raw bulk in ...")
-        results["ceiling_s"] = round(_ceiling(pg, table, es_url, f"{tag}-raw"), 2)
-
-        say("bootstrap --from source ...")
         spark = spark_session("cdcsync-bench-bootstrap")
-        cfg = config.followers[0]
-        follower = build_follower(config, cfg, spark, open_sink=False)
-        started = time.perf_counter()
-        summary = bootstrap_from_source(
-            config, cfg, follower, spark, checkpoint_dir(config, cfg), base_dir(config), args.partitions, progress_bar
-        )
-        results["bootstrap_s"] = round(time.perf_counter() - started, 2)
-        results["bootstrap_applied"] = summary.applied
+        for sink in sinks:
+            say(f"[{sink}] ceiling: COPY out + raw writes in ...")
+            ceiling_s = _ceiling(sink, pg, table, f"{tag}raw")
+            entry: dict[str, Any] = {
+                "ceiling_rows_per_s": round(args.rows / ceiling_s),
+                "ceiling_s": round(ceiling_s, 1),
+            }
+            for origin in origins:
+                cfg = next(f for f in config.followers if f.name == f"{sink}_{origin}")
+                say(f"[{sink}] bootstrap --from {origin} ...")
+                follower = build_follower(config, cfg, spark, open_sink=False)
+                started = time.perf_counter()
+                if origin == "source":
+                    summary = bootstrap_from_source(config, cfg, follower, spark, checkpoint_dir(config, cfg),
+                                                    base_dir(config), args.partitions, progress_bar)  # fmt: skip
+                else:
+                    summary = bootstrap_from_topics(config, cfg, follower, checkpoint_dir(config, cfg),
+                                                    base_dir(config), progress_bar)  # fmt: skip
+                seconds = time.perf_counter() - started
+                follower.sink.close()
+                if summary.applied < args.rows:
+                    raise SystemExit(f"{cfg.name}: applied {summary.applied:,} of {args.rows:,} rows")
+                entry[origin] = {
+                    "rows_per_s": round(args.rows / seconds),
+                    "seconds": round(seconds, 1),
+                    "ratio": round(ceiling_s / seconds, 2),
+                }
+                say(f"[{sink}] --from {origin}: {entry[origin]}")
+            results[sink] = entry
         spark.stop()
     finally:
         cleanup(config, tag, table, pg)
-    results["ceiling_rows_per_s"] = round(args.rows / results["ceiling_s"])
-    results["bootstrap_rows_per_s"] = round(args.rows / results["bootstrap_s"])
-    results["ratio"] = round(results["bootstrap_rows_per_s"] / results["ceiling_rows_per_s"], 2)
     if args.json:
         print(json.dumps(results, indent=2))
-    else:
-        print(f"bootstrap of {args.rows:,} rows into Elasticsearch ({args.partitions} JDBC partitions)")
-        print(f"  ceiling (COPY + raw bulk):  {results['ceiling_rows_per_s']:>9,} rows/s  ({results['ceiling_s']} s)")
-        print(
-            f"  bootstrap --from source:    {results['bootstrap_rows_per_s']:>9,} rows/s  ({results['bootstrap_s']} s)"
-        )
-        print(f"  ratio: {results['ratio']}")
+        return 0
+    print(f"bootstrap of {args.rows:,} rows ({args.partitions} JDBC pieces at a time for --from source)")
+    print(
+        f"{'sink':<8} {'ceiling rows/s':>15} "
+        + " ".join(f"{'--from ' + o + ' rows/s':>22} {'ratio':>6}" for o in origins)
+    )
+    for sink in sinks:
+        e = results[sink]
+        cells = " ".join(f"{e[o]['rows_per_s']:>22,} {e[o]['ratio']:>6}" for o in origins)
+        print(f"{sink:<8} {e['ceiling_rows_per_s']:>15,} {cells}")
     return 0
 
 
-def _ceiling(pg: Any, table: str, es_url: str, index: str) -> float:
-    from elasticsearch import Elasticsearch, helpers
+def _url(sink: str) -> str:
+    if sink == "search":
+        return f"http://127.0.0.1:{ENV['ES_PORT']}"
+    return f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0"
 
-    es = Elasticsearch(es_url, request_timeout=120)
-    es.indices.create(index=index, settings={"number_of_shards": 1, "number_of_replicas": 0})
+
+def _ceiling(sink: str, pg: Any, table: str, name: str) -> float:
+    """COPY out and write every row by one thread with the client library; seconds."""
     started = time.perf_counter()
 
-    def actions() -> Any:
+    def rows() -> Any:
         with pg.cursor() as cur, cur.copy(f"COPY {table} TO STDOUT") as copy:
-            for id_, name, qty, price, updated_at in copy.rows():
-                doc = {"id": int(id_), "name": name, "qty": int(qty), "price": price, "updated_at": updated_at}
-                yield {"_index": index, "_id": id_, "_source": doc}
+            for id_, name_, qty, price, updated_at in copy.rows():
+                yield id_, {"id": int(id_), "name": name_, "qty": int(qty), "price": price, "updated_at": updated_at}
 
-    helpers.bulk(es, actions(), chunk_size=1000)
-    es.indices.refresh(index=index)
+    if sink == "search":
+        from elasticsearch import Elasticsearch, helpers
+
+        es = Elasticsearch(_url(sink), request_timeout=120)
+        es.indices.create(index=f"{name}-search")  # a default index
+        helpers.bulk(es, ({"_index": f"{name}-search", "_id": i, "_source": d} for i, d in rows()), chunk_size=1000)
+        es.indices.refresh(index=f"{name}-search")
+    else:
+        import redis
+
+        pipe = redis.Redis.from_url(_url(sink)).pipeline(transaction=False)
+        for n, (i, d) in enumerate(rows(), 1):
+            pipe.hset(f"{name}:{i}", mapping={k: str(v) for k, v in d.items()})
+            if n % 1000 == 0:
+                pipe.execute()
+        pipe.execute()
     return time.perf_counter() - started
 
 
-def _wait_running(client: Any, name: str) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        status = client.status(name) or {}
-        tasks = status.get("tasks") or []
-        if tasks and all(t.get("state") == "RUNNING" for t in tasks):
-            return
-        time.sleep(1)
-    raise RuntimeError(f"connector {name} not running after 120 s")
+def _running(config: Any, name: str) -> bool:
+    from cdcsync.connectors.apply import client_for
+
+    tasks = (client_for(config).status(name) or {}).get("tasks") or []
+    return bool(tasks) and all(t.get("state") == "RUNNING" for t in tasks)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=180, help="length of each steady phase")
     parser.add_argument("--burst", type=int, default=100_000, help="updates of the flat-out phase (0: none)")
     parser.add_argument("--rows", type=int, default=50_000, help="rows of the table the writer rewrites in turn")
+    parser.add_argument(
+        "--follower",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for all three followers (YAML value), e.g. trigger_interval_s=1 refresh_each_batch=false",
+    )
+    parser.add_argument(
+        "--debezium", action="append", default=[], metavar="KEY=VALUE", help="a Debezium property of the source"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
 
@@ -72,9 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     table = f"bench_{tag}"
     tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-fresh-"))
     followers = three_followers(tag, tmp)
+    settings = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.follower)}
     for f in followers:
-        f["mappings"] = {f"public.{table}": {"target": TARGET}}
-    doc = one_table_doc(tag, table, followers, tmp, heartbeat_interval_ms=1000)
+        f.update(settings, mappings={f"public.{table}": {"target": TARGET}})
+    debezium = dict(s.partition("=")[::2] for s in args.debezium)
+    doc = one_table_doc(tag, table, followers, tmp, heartbeat_interval_ms=1000, debezium=debezium)
     config_path = tmp / "cdcsync.yaml"
     config_path.write_text(yaml.safe_dump(doc))
     config = load_config(config_path)
@@ -86,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         f"repeat(md5(g::text), 16) FROM generate_series(0, {args.rows}) g"
     )
     port = _free_port()
-    results: dict[str, Any] = {"rows": args.rows, "phases": []}
+    results: dict[str, Any] = {"rows": args.rows, "follower": settings, "debezium": debezium, "phases": []}
     daemon, log = None, tmp / "run.log"
     marks = Marks(pg, table)
     pollers = [Poller(f, tag, marks) for f in ("search", "cache", "warehouse")]
@@ -392,7 +404,8 @@ def _free_port() -> int:
 
 
 def _print(results: dict[str, Any]) -> None:
-    print(f"\nfreshness, source commit -> visible (s), {results['rows']:,}-row table, three followers, defaults")
+    changed = {**results["follower"], **results["debezium"]} or "defaults"
+    print(f"\nfreshness, source commit -> visible (s), {results['rows']:,}-row table, three followers, {changed}")
     print(f"{'rate/s':>7} {'sink':<10} {'seen p50':>9} {'p95':>6} {'p99':>6} {'max':>6}"
           f" {'hist p50':>9} {'p95':>6} {'p99':>6} {'<=1s':>6} {'<=2s':>6} {'applied/s':>10}")  # fmt: skip
     for phase in results["phases"]:

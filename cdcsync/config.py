@@ -224,6 +224,11 @@ class TableMappingConfig(_Strict):
     ] = Field(default_factory=dict)
 
 
+# Seconds between batch starts by sink kind (a batch that takes longer is followed at once). Measured with
+# bench.freshness: docs/performance.md.
+TRIGGER_INTERVAL_S = {"elasticsearch": 1.0, "redis": 1.0, "delta": 1.0}
+
+
 class FollowerConfig(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     kind: Literal["elasticsearch", "redis", "delta"]
@@ -247,7 +252,17 @@ class FollowerConfig(_Strict):
     sink_attempts: int = Field(
         8, ge=1, description="writes of a batch tried before it fails; the daemon then restarts the follower later"
     )
-    trigger_interval_s: float = Field(1.0, ge=0)
+    trigger_interval_s: float | None = Field(
+        None, ge=0, description="seconds between batches; default by kind (TRIGGER_INTERVAL_S, docs/performance.md)"
+    )
+    refresh_each_batch: bool = Field(
+        True, description="elasticsearch: refresh the written indexes after each batch (false: refresh_interval)"
+    )
+
+    @property
+    def trigger_s(self) -> float:
+        """Seconds between the starts of two batches: ``trigger_interval_s``, or its kind's default."""
+        return self.trigger_interval_s if self.trigger_interval_s is not None else TRIGGER_INTERVAL_S[self.kind]
 
     @model_validator(mode="before")
     @classmethod

@@ -269,8 +269,8 @@ def _copy_table(
     The table is read in pieces (key ranges or key hashes), each one JDBC
     query handed to Python as Arrow (``toArrow``: no per-row pickling on
     either side). Up to ``partitions`` pieces are read ahead while this
-    thread maps the current one, and writing a chunk overlaps with mapping
-    the next (one writer thread, at most two chunks in flight): Spark's JDBC
+    thread maps the current one, and the sink's ``writers`` threads each write
+    a chunk while it maps the next (so ``writers`` + 1 chunks in memory): Spark's JDBC
     reads, this thread and the sink's server run side by side instead of
     taking turns. Pieces and chunks hold distinct keys, so their order does
     not matter.
@@ -279,14 +279,15 @@ def _copy_table(
     failed: list[tuple[Record, str]] = []
     in_flight: list[Future[Any]] = []
     frames = _jdbc_pieces(spark, source, plan, read)
+    writers = follower.sink.writers
     with (
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcsync-bootstrap-write") as writer,
+        ThreadPoolExecutor(max_workers=writers, thread_name_prefix="cdcsync-bootstrap-write") as writer,
         ThreadPoolExecutor(max_workers=max(1, partitions), thread_name_prefix="cdcsync-bootstrap-read") as reader,
     ):
 
         def flush() -> None:
             in_flight.append(writer.submit(follower.apply_rows, tick.next_batch(), rows, failed))
-            while len(in_flight) > 1 or (in_flight and in_flight[0].done()):
+            while len(in_flight) > writers or (in_flight and in_flight[0].done()):
                 tick.add(in_flight.pop(0).result())
 
         reads = [reader.submit(frame.toArrow) for frame in frames]

@@ -102,6 +102,8 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
         for part in parts:
             total = total.merge(BatchCounts.from_json(part))
         metrics.SINK_RETRIES.labels(name).inc(total.retries)  # the executors' retries of this batch
+        if total.applied:
+            follower.make_visible(total)
         follower.log_batch(batch_id, total, time.monotonic() - started)
 
     return batch

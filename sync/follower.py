@@ -380,7 +380,9 @@ class Follower:
             self.dead_letters.send(record, "snapshot", reason)
         docs = {id(r.change): r.doc for r in rows}
         chunk: Chunk = (rows, lambda c: snapshot_record(c, docs.get(id(c))))
-        return self._apply(batch_id, counts, iter([chunk]), started)
+        # Written in the caller's thread: a bootstrap calls this from several threads at once (sink.writers).
+        self._settle(self._write(batch_id, rows, counts), chunk, counts)
+        return self._finish(batch_id, counts, started)
 
     def _apply(self, batch_id: int, counts: BatchCounts, chunks: Iterator[Chunk], started: float) -> BatchCounts:
         """Write chunk after chunk; the write of one overlaps with parsing and mapping the next.
@@ -393,17 +395,28 @@ class Follower:
         for chunk in chunks:
             if in_flight is not None:
                 mark = time.monotonic()
-                self._settle(*in_flight, counts)
+                self._settle(in_flight[0].result(), in_flight[1], counts)
                 counts.waited_s += time.monotonic() - mark
             in_flight = (self._writer.submit(self._write, batch_id, chunk[0], counts), chunk)
         if in_flight is not None:
-            self._settle(*in_flight, counts)
+            self._settle(in_flight[0].result(), in_flight[1], counts)
+        return self._finish(batch_id, counts, started)
+
+    def _finish(self, batch_id: int, counts: BatchCounts, started: float) -> BatchCounts:
+        """After a batch's writes: its dead letters acknowledged, the writes shown to readers, counted and logged."""
         self.dead_letters.flush()
         if self.report:
+            if counts.applied:
+                self.make_visible(counts)
             self.log_batch(batch_id, counts, time.monotonic() - started)
         else:
             self.check(batch_id, counts)
         return counts
+
+    def make_visible(self, counts: BatchCounts) -> None:
+        """Have the sink show readers the batch's writes now (Elasticsearch refreshes; the others show them at once)."""
+        written = [m.target for m in self.mappings.values() if m.table in counts.newest_commit_ms]
+        self.sink.make_visible(written or [m.target for m in self.mappings.values()])
 
     def check(self, batch_id: int, counts: BatchCounts) -> None:
         if not counts.adds_up():
@@ -427,9 +440,8 @@ class Follower:
             counts.waited_s * 1000,
         )
 
-    def _settle(self, future: Future[WriteResult], chunk: Chunk, counts: BatchCounts) -> None:
+    def _settle(self, result: WriteResult, chunk: Chunk, counts: BatchCounts) -> None:
         rows, record_of = chunk
-        result = future.result()
         counts.count_written(rows, result)
         for row, reason in result.rejected:
             counts.dead_lettered += 1

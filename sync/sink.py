@@ -61,8 +61,11 @@ member                     contract
 ``name``                   the follower's name, for logs and metrics
 ``chunk_rows``             records per ``write`` call: the follower parses the next chunk while
                            one is written (``None``: the whole batch in one call)
+``writers``                ``write`` calls a bootstrap may make at once, from as many threads
+                           (1: the sink's writes must not overlap)
 ``open(mappings)``         connect, create what is missing (index + alias, script, table)
 ``write(batch_id, rows)``  apply a batch of ``Row``; return a ``WriteResult``
+``make_visible(targets)``  show readers what was written to ``targets`` now (once per batch)
 ``held(target)``           every live row the store holds: ``{id: (version, doc)}``
 ``stored_form(doc)``       a canonical document as ``held`` would return it
 ``stage(mappings)``        drop an unpublished earlier stage, create a fresh store per target,
@@ -116,6 +119,7 @@ class WriteResult:
 class Sink(Protocol):
     name: str
     chunk_rows: int | None
+    writers: int
 
     def open(self, mappings: Sequence[TableMapping]) -> None: ...
 
@@ -136,6 +140,10 @@ class Sink(Protocol):
         ...
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult: ...
+
+    def make_visible(self, targets: Sequence[str]) -> None:
+        """Show readers what was written to ``targets`` so far, now: called once per batch, after its writes."""
+        ...
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]: ...
 

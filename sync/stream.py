@@ -157,11 +157,7 @@ def start_query(
         .foreachBatch(batch)
         .option("checkpointLocation", str(checkpoint_dir(config, cfg)))
     )
-    writer = (
-        writer.trigger(availableNow=True)
-        if once
-        else writer.trigger(processingTime=f"{cfg.trigger_interval_s} seconds")
-    )
+    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{cfg.trigger_s} seconds")
     return writer.start()
 
 

@@ -30,7 +30,11 @@ def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | N
         from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 
         return ElasticsearchSink(
-            follower.name, follower.url or "", index_prefix=follower.prefix, **sink_client_options(follower)
+            follower.name,
+            follower.url or "",
+            index_prefix=follower.prefix,
+            refresh_each_batch=follower.refresh_each_batch,
+            **sink_client_options(follower),
         )
     if follower.kind == "redis":
         from cdcsync.sync.sinks.redis import RedisSink

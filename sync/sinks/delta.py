@@ -145,6 +145,7 @@ class DeltaSink:
     """Applies batches to Delta tables under ``path`` (see the module docstring)."""
 
     chunk_rows: int | None = None  # one MERGE per batch: a Delta commit costs seconds, chunks would multiply them
+    writers = 1  # two MERGEs into one table conflict
 
     def __init__(
         self, name: str, spark: SparkSession, path: str, soft_delete: bool = False, history: bool = False
@@ -191,6 +192,9 @@ class DeltaSink:
         """Drop forgotten columns now: called while no writer runs (a follower starting, sync.rebuild)."""
         for table in self._tables.values():
             self._drop_columns(table)
+
+    def make_visible(self, targets: Sequence[str]) -> None:
+        """Nothing to do: a MERGE is visible when its commit is."""
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """A fresh staging table per target, beside the live one (module docstring)."""

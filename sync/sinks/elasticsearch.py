@@ -12,8 +12,11 @@ Generations (``stage``/``publish``): ``stage`` deletes every ``PT-NNNNNN``
 the alias does not point to (an earlier stage never published) and creates
 the next number, same settings and mappings, without the alias: readers
 cannot see it, and this sink instance writes and reads it by its concrete
-name. ``publish`` refreshes it (so the first search after the switch sees all
-of it), then moves the alias, filter and write flag included, in ONE
+name. Nobody searches it, so it is filled the way a bulk load is: with
+``refresh_interval: -1`` (no refresh, no segment per second to merge later).
+``publish`` puts the index's own ``refresh_interval`` back and reads it back
+(a staged index left without refreshes is refused), refreshes it (so the
+first search after the switch sees all of it), then moves the alias, filter and write flag included, in ONE
 ``_aliases`` request: a reader resolves the alias to the old index or to the
 new one, never to none or both. After ``DROP_GRACE_S`` (requests that resolved
 the alias just before the swap finish on the old index) the old index is
@@ -63,7 +66,9 @@ Guarantees (``cdcsync.sync.sink``):
 
   Failures of a whole request: connection errors and 429/502/503/504 retry,
   413 splits the chunk, the rest is ``FatalError``.
-- Writes do not refresh (readers see them after ``refresh_interval``); ``held`` does.
+- Writes do not refresh; the follower calls ``make_visible`` once a batch is written, which refreshes the
+  written indexes (``refresh_each_batch``, on by default: a search sees a batch when it is applied, not up to
+  ``refresh_interval`` later; docs/performance.md). ``held`` refreshes too.
 """
 
 from __future__ import annotations
@@ -82,7 +87,7 @@ from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
 
-from cdcsync.errors import FatalError, RetryableError
+from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 
@@ -92,6 +97,7 @@ VERSION_FIELD = "cdcsync_version"
 DELETED_FIELD = "cdcsync_deleted"
 FIRST_GENERATION = "000001"
 CHUNK_ROWS = 1000
+REFRESH_KEYS = ("refresh_interval", "index.refresh_interval")  # how index_settings may name it
 CHUNK_BYTES = 8 * 1024 * 1024  # far below http.max_content_length (100 MB): bounded memory on both ends
 PAGE = 1000
 DROP_GRACE_S = 3.0  # publish: how long requests that resolved the alias to the old index get to finish
@@ -142,6 +148,7 @@ class ElasticsearchSink:
     """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
 
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
+    writers = 2  # a bootstrap's writes at once: the server works on one while it parses the other's answer
 
     def __init__(
         self,
@@ -153,8 +160,10 @@ class ElasticsearchSink:
         basic_auth: tuple[str, str] | None = None,
         api_key: str | None = None,
         ca_certs: str | None = None,
+        refresh_each_batch: bool = True,
     ) -> None:
         self.name = name
+        self.refresh_each_batch = refresh_each_batch
         self.url = redact_url(url)
         self.index_prefix = index_prefix
         self.index_settings = dict(index_settings or {})
@@ -254,6 +263,21 @@ class ElasticsearchSink:
     def settle(self) -> None:
         """Nothing deferred: ``forget`` removes the fields at once."""
 
+    def make_visible(self, targets: Sequence[str]) -> None:
+        """Refresh the targets' indexes, so a search sees the batch now rather than after ``refresh_interval``.
+
+        Once per batch, on the driver; skipped with ``refresh_each_batch: false``. A refresh that fails
+        is only logged: the writes are acknowledged, and the index's own refresh shows them later.
+        """
+        live = sorted(set(targets) - set(self._staged))  # a staged index has no readers; publish refreshes it
+        if not self.refresh_each_batch or not live:
+            return
+        indexes = ",".join(self.alias(t) for t in live)
+        try:
+            self._call(f"refresh {indexes}", self._client.indices.refresh, index=indexes)
+        except CdcsyncError as err:
+            log.warning("sink=%s refresh after the batch failed (the index refreshes itself later): %s", self.name, err)
+
     def forget(self, target: str, fields: Sequence[str]) -> None:
         """Remove ``fields`` from every document of ``target`` (DROP COLUMN), at the version each one has.
 
@@ -292,10 +316,15 @@ class ElasticsearchSink:
             removed += done
         log.info("index=%s dropped_fields=%s documents=%d", index, list(fields), removed)
 
-    def _create(self, physical: str, props: dict[str, Any], aliases: dict[str, Any] | None = None) -> None:
+    def _create(
+        self, physical: str, props: dict[str, Any], aliases: dict[str, Any] | None = None, *, fill: bool = False
+    ) -> None:
+        settings = {"number_of_shards": 1, "number_of_replicas": 0, **self.index_settings}
+        if fill:  # a staged index: nobody searches it until publish (module docstring)
+            settings = {k: v for k, v in settings.items() if k not in REFRESH_KEYS} | {"refresh_interval": "-1"}
         self._client.indices.create(
             index=physical,
-            settings={"number_of_shards": 1, "number_of_replicas": 0, **self.index_settings},
+            settings=settings,
             # date_detection off: an untyped text column whose first value looks like a date
             # would be mapped `date` and every later non-date value rejected.
             mappings={"dynamic": True, "date_detection": False, "properties": props},
@@ -317,7 +346,7 @@ class ElasticsearchSink:
         for leftover in sorted(set(generations) - set(live)):  # an earlier stage that was never published
             self._client.indices.delete(index=leftover)
         physical = f"{alias}-{max(generations.values(), default=0) + 1:06d}"
-        self._create(physical, props)
+        self._create(physical, props, fill=True)
         return physical
 
     def _generations(self, alias: str) -> dict[str, int]:
@@ -338,6 +367,12 @@ class ElasticsearchSink:
             del self._staged[target]
 
     def _publish_one(self, alias: str, physical: str) -> None:
+        wanted = next((str(self.index_settings[k]) for k in REFRESH_KEYS if k in self.index_settings), None)
+        self._client.indices.put_settings(index=physical, settings={"index": {"refresh_interval": wanted}})
+        now = self._client.indices.get_settings(index=physical, name="index.refresh_interval", flat_settings=True)
+        found = now.get(physical, {}).get("settings", {}).get("index.refresh_interval")  # none listed: the default
+        if found != wanted:  # None on both sides: the server's default
+            raise RetryableError(f"{physical}: refresh_interval is {found!r} after restoring it to {wanted!r}")
         self._client.indices.refresh(index=physical)
         old = [index for index in self._behind(alias) if index != physical]
         actions: list[dict[str, Any]] = [{"remove": {"index": index, "alias": alias}} for index in old]

@@ -157,6 +157,7 @@ class RedisSink:
     """Applies rows to ``<prefix>:<target>:<doc_id>`` hashes; see the module docstring."""
 
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
+    writers = 2  # a bootstrap's writes at once: the server works on one while it parses the other's answer
 
     def __init__(
         self,
@@ -196,6 +197,9 @@ class RedisSink:
 
     def settle(self) -> None:
         """Nothing deferred: ``forget`` removes the fields at once."""
+
+    def make_visible(self, targets: Sequence[str]) -> None:
+        """Nothing to do: a write is visible when Redis acknowledges it."""
 
     def forget(self, target: str, fields: Sequence[str]) -> None:
         """Remove ``fields`` from every row hash of ``target`` (DROP COLUMN); ``_v`` stays, so versions still order."""

@@ -31,12 +31,16 @@ class Sink:
         self.learned: list[TableMapping] = []
         self.rows: list[Row] = []
         self.forgotten: list[tuple[str, list[str]]] = []
+        self.shown: list[list[str]] = []
 
     def learn(self, mapping: TableMapping) -> None:
         self.learned.append(mapping)
 
     def forget(self, target: str, fields: list[str]) -> None:
         self.forgotten.append((target, list(fields)))
+
+    def make_visible(self, targets: list[str]) -> None:
+        self.shown.append(list(targets))
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
         assert all(set(r.doc or {}) <= set(self.learned[-1].types) | {"gone"} for r in rows if self.learned)

@@ -137,6 +137,39 @@ def test_upsert_reads_back_as_its_stored_form(es: Elasticsearch, prefix: str) ->
     sink.close()
 
 
+def test_make_visible_shows_a_batch_to_searches_at_once_unless_turned_off(es: Elasticsearch, prefix: str) -> None:
+    # The index never refreshes by itself here: what a search sees is what make_visible showed it.
+    for refresh_each_batch, target in ((True, "shown"), (False, "left")):
+        sink = make_sink(prefix, target, refresh_interval="-1")
+        sink.refresh_each_batch = refresh_each_batch
+        sink.write(1, [upsert(target, i, 100 + i, **full_doc(i)) for i in range(3)])
+        assert es.count(index=f"{prefix}{target}")["count"] == 0
+        sink.make_visible([target])
+        assert es.count(index=f"{prefix}{target}")["count"] == (3 if refresh_each_batch else 0), target
+        sink.close()
+
+
+def refresh_interval(es: Elasticsearch, index: str) -> str | None:
+    found = es.indices.get_settings(index=index, name="index.refresh_interval", flat_settings=True)
+    return found.get(index, {}).get("settings", {}).get("index.refresh_interval")  # None: not set, the default
+
+
+@pytest.mark.parametrize("own", [None, "5s"])
+def test_a_staged_index_fills_without_refreshes_and_publishes_with_its_own_interval(
+    es: Elasticsearch, prefix: str, own: str | None
+) -> None:
+    sink = make_sink(prefix, "items", **({"refresh_interval": own} if own else {}))
+    sink.stage([TableMapping("public.items", "items", types=TYPES)])
+    staged = sink.physical("items")
+    assert refresh_interval(es, staged) == "-1"  # a bulk load: nobody searches a staged index
+    sink.write(1, [upsert("items", i, 100 + i, **full_doc(i)) for i in range(5)])
+    sink.publish()
+    assert refresh_interval(es, staged) == own  # None: the server's default again
+    assert es.count(index=f"{prefix}items")["count"] == 5  # refreshed before the alias moved
+    assert list(es.indices.get_alias(name=f"{prefix}items")) == [staged]
+    sink.close()
+
+
 def test_older_version_after_a_newer_one_is_stale(prefix: str) -> None:
     sink = make_sink(prefix, "items")
     assert sink.write(1, [upsert("items", 1, 20, name="new")]).applied == 1
