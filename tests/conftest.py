@@ -21,3 +21,26 @@ def stack_up() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(message + " [CI=true: a missing service is a failure]")
         pytest.skip(message)  # only outside CI, see above
+    _drop_orphan_slots()
+
+
+def _drop_orphan_slots() -> None:
+    """Drop the replication slots of test sources whose connector is gone: a killed test session leaves them.
+
+    A slot nobody reads keeps every WAL segment from then on; earlier killed sessions held 31 GB and
+    filled the disk. A slot whose connector still exists (another session's) is left alone.
+    """
+    import json
+    import urllib.request
+
+    from tests.support import ENV, pg_admin
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{ENV['CONNECT_PORT']}/connectors", timeout=10) as answer:
+        connectors = set(json.load(answer))
+    with pg_admin() as pg:
+        slots = pg.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE NOT active AND slot_name LIKE 'cdcsync\\_%'"
+        ).fetchall()
+        for (slot,) in slots:
+            if slot.removeprefix("cdcsync_") not in connectors:
+                pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
