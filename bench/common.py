@@ -14,6 +14,16 @@ import stack  # noqa: E402
 ENV = stack.ENV
 
 
+def stop_on_sigterm() -> None:
+    """A SIGTERM ends the bench through its ``finally`` blocks (clean-up), as Ctrl-C does."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -77,6 +87,7 @@ def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
     )
     pg.execute(f"DROP PUBLICATION IF EXISTS {source.publication}")
     pg.execute(f"DROP TABLE IF EXISTS {table}")
+    pg.execute(f"DROP TABLE IF EXISTS {source.signal_table}")
     delete_topics(config, [t.name for t in topic_specs(source)] + [f.dlq_topic for f in config.followers])
     Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.delete(index=f"{tag}-*", allow_no_indices=True)
     r = redis.Redis(port=int(ENV["REDIS_PORT"]))

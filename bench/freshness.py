@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import ENV, cleanup, one_table_doc, say, three_followers
+from bench.common import ENV, cleanup, one_table_doc, say, stop_on_sigterm, three_followers
 
 TARGET = "marks"
 POLL_S = 0.05
@@ -66,13 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a setting for all three followers (YAML value), e.g. trigger_interval_s=1 refresh_each_batch=false",
+        help="a follower setting (YAML value) for all three, or for one as NAME.KEY=VALUE: trigger_interval_s=1, "
+        "warehouse.trigger_interval_s=5 (followers: search, cache, warehouse)",
     )
     parser.add_argument(
         "--debezium", action="append", default=[], metavar="KEY=VALUE", help="a Debezium property of the source"
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
 
     from cdcsync.config import load_config
     from cdcsync.connectors.apply import apply
@@ -84,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     followers = three_followers(tag, tmp)
     settings = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.follower)}
     for f in followers:
-        f.update(settings, mappings={f"public.{table}": {"target": TARGET}})
+        f["mappings"] = {f"public.{table}": {"target": TARGET}}
+        for key, value in settings.items():
+            name, _, own = key.rpartition(".")
+            if name in ("", f["name"]):
+                f[own] = value
     debezium = dict(s.partition("=")[::2] for s in args.debezium)
     doc = one_table_doc(tag, table, followers, tmp, heartbeat_interval_ms=1000, debezium=debezium)
     config_path = tmp / "cdcsync.yaml"
@@ -209,7 +215,7 @@ class Poller:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        log_dir, state = path / TARGET / "_delta_log", {"next": 0, "mark": None}
+        log_dir, state = path / TARGET / "_delta_log", {"next": 0, "mark": -1}
 
         def read() -> int | None:
             while (entry := log_dir / f"{state['next']:020d}.json").exists():
@@ -218,10 +224,10 @@ class Poller:
                     if "add" in action:
                         part = pq.read_table(path / TARGET / action["add"]["path"], columns=["_cdcsync_id", "name"])
                         names = part.filter(pc.equal(part["_cdcsync_id"], "0"))["name"].to_pylist()
-                        if names:
-                            state["mark"] = _mark(names[-1])
+                        # max: with deletion vectors a commit re-adds the old file too, old row and all
+                        state["mark"] = max([m for m in map(_mark, names) if m is not None] + [state["mark"]])
                 state["next"] += 1  # type: ignore[operator]
-            return state["mark"]  # type: ignore[return-value]
+            return state["mark"] if state["mark"] >= 0 else None
 
         return read
 

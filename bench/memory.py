@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import PeakRss, cleanup, one_table_doc, say, three_followers
+from bench.common import PeakRss, cleanup, one_table_doc, say, stop_on_sigterm, three_followers
 
 MIB = 1 << 20
 
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=5400, help="give up on the catch-up after this long")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
 
     from cdcsync.config import load_config
     from cdcsync.connectors.apply import apply

@@ -85,6 +85,13 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         .config("spark.sql.shuffle.partitions", "4")
         # Delta's default of 50 partitions for reading a table's log makes every MERGE slow on small machines.
         .config("spark.databricks.delta.snapshotPartitions", os.environ.get("CDCSYNC_DELTA_SNAPSHOT_PARTITIONS", "2"))
+        # New warehouse tables take deletion vectors: a MERGE of scattered keys marks the old rows deleted
+        # instead of rewriting every file it touches (bench.delta_merge: 11x fewer bytes written; the table
+        # of bench.memory grew 27 GB in 116 MERGEs without). Readers need Delta 2.3+ (docs/performance.md).
+        .config(
+            "spark.databricks.delta.properties.defaults.enableDeletionVectors",
+            os.environ.get("CDCSYNC_DELTA_DELETION_VECTORS", "true"),
+        )
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log
         # Only errors from the JVM's first line on (cdcsync/log4j2.properties): no start-up notices in the log.
