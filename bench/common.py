@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,12 +19,29 @@ ENV = stack.ENV
 
 def stop_on_sigterm() -> None:
     """A SIGTERM ends the bench through its ``finally`` blocks (clean-up), as Ctrl-C does."""
-    import signal
 
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(f"stopped by signal {signum}")
 
     signal.signal(signal.SIGTERM, stop)
+
+
+def start_daemon(config_path: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``cdcsync run`` on ``config_path`` with the default settings (no CDCSYNC_SPARK_*), its output to ``log``."""
+    command = [sys.executable, "-m", "cdcsync", "--config", str(config_path), "run", *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCSYNC_SPARK_")}
+    return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def stop_daemon(daemon: subprocess.Popen[bytes] | None) -> None:
+    """Stop it as a service manager would: SIGTERM, two minutes to stop between batches, then SIGKILL."""
+    if daemon is None or daemon.poll() is not None:
+        return
+    os.killpg(daemon.pid, signal.SIGTERM)
+    try:
+        daemon.wait(120)
+    except subprocess.TimeoutExpired:
+        os.killpg(daemon.pid, signal.SIGKILL)
 
 
 def say(message: str) -> None:

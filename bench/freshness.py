@@ -34,10 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import ENV, cleanup, one_table_doc, say, stop_on_sigterm, three_followers
+from bench.common import ENV, cleanup, one_table_doc, say, start_daemon, stop_daemon, stop_on_sigterm, three_followers
 
 TARGET = "marks"
 POLL_S = 0.05
@@ -110,10 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     pollers = [Poller(f, tag, marks) for f in ("search", "cache", "warehouse")]
     try:
         apply(config)
-        command = [sys.executable, "-m", "cdcsync", "--config", str(config_path)]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CDCSYNC_SPARK_")}
-        daemon = subprocess.Popen([*command, "run", "--metrics-port", str(port)], stdout=log.open("wb"),
-                                  stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
+        daemon = start_daemon(config_path, log, "--metrics-port", str(port))
         for p in pollers:
             p.start(tmp)
         say(f"`cdcsync run` started (log {log}); waiting for the {args.rows:,} rows in every store ...")
@@ -134,12 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for p in pollers:
             p.stop()
-        if daemon is not None and daemon.poll() is None:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
+        stop_daemon(daemon)
         cleanup(config, tag, table, pg)
     if args.json:
         print(json.dumps(results, indent=2))

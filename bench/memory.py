@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +27,16 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import PeakRss, cleanup, one_table_doc, say, stop_on_sigterm, three_followers
+from bench.common import (
+    PeakRss,
+    cleanup,
+    one_table_doc,
+    say,
+    start_daemon,
+    stop_daemon,
+    stop_on_sigterm,
+    three_followers,
+)
 
 MIB = 1 << 20
 
@@ -92,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"backlog in Kafka: {expected:,} records, ~{results['log_mib']:,} MiB; starting `cdcsync run` ...")
 
         command = [sys.executable, "-m", "cdcsync", "--config", str(config_path)]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CDCSYNC_SPARK_")}  # the defaults
-        daemon = subprocess.Popen([*command, "run", "--metrics-port", "0"], stdout=log.open("wb"),
-                                  stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
+        daemon = start_daemon(config_path, log, "--metrics-port", "0")
         rss, started, next_verify, clean = PeakRss(daemon.pid), time.monotonic(), time.monotonic() + 30, False
         while not clean:
             rss.sample()
@@ -114,12 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         results["peak_rss_parts_mib"] = {k: round(v / MIB) for k, v in sorted(rss.parts.items())}
         results["out_of_memory"] = "OutOfMemoryError" in log.read_text(errors="replace")
     finally:
-        if daemon is not None and daemon.poll() is None:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
+        stop_daemon(daemon)
         cleanup(config, tag, table, pg)
     if args.json:
         print(json.dumps(results, indent=2))
