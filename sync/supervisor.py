@@ -152,8 +152,9 @@ class Supervisor:
     def _watch(self, child: Child) -> None:
         query = child.query
         if query.isActive:
-            progress = query.lastProgress
-            if child.failures_in_row and progress and progress["batchId"] != child.started_batch:
+            # lastProgress walks Spark's progress object over py4j, key by key: only when it matters.
+            progress = query.lastProgress if child.failures_in_row else None
+            if progress and progress["batchId"] != child.started_batch:
                 child.failures_in_row = 0  # it committed a batch since its restart: the fault has passed
             return
         error = query.exception()
