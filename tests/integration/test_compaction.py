@@ -157,7 +157,7 @@ def test_a_follower_past_the_horizon_refuses_and_reindex_repairs_it(spark: Any, 
     from cdcsync.snapshot.reindex import reindex
 
     t = f"hzn_{uid()}"
-    horizon_s = 15
+    horizon_s = 30  # the reindexes and the restart must fit inside it, on a loaded machine too
     with scenario(
         spark, tmp_path, {"postgres": [f"public.{t}"]}, {"postgres": ddl("postgres", t)},
         source_options={"compaction_horizon_s": horizon_s},
