@@ -3,7 +3,8 @@
 
 Standard library only, so it runs before the project's virtualenv exists.
 ``install.sh`` puts the binaries in place (Debian packages, jars resolved by
-Maven); this script owns the processes:
+Maven); this script owns the processes, and ``configs.py`` says what each
+component is configured with:
 
     stack.py up [COMPONENT...]      start what is not running, wait until healthy
     stack.py down [COMPONENT...]    stop exactly the processes it started
@@ -38,6 +39,9 @@ from pathlib import Path
 from typing import Callable
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # configs.py beside this file, however this file was loaded
+    sys.path.insert(0, str(HERE))
+import configs  # noqa: E402
 ORDER = ["postgres", "mariadb", "redis", "kafka", "elasticsearch", "connect"]
 
 
@@ -292,23 +296,12 @@ def pg_start() -> None:
         if done.returncode:
             raise StackError(f"postgres: initdb failed\n{done.stdout}{done.stderr}")
         with open(data / "postgresql.conf", "a") as conf:
-            conf.write(
-                "\n# cdcsync local stack\n"
-                f"port = {ENV['PG_PORT']}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{RUN}'\n"
-                "wal_level = logical\nmax_wal_senders = 20\nmax_replication_slots = 20\n"
-                "shared_buffers = 128MB\nmax_connections = 100\n"
-            )
+            conf.write(configs.postgresql_conf(ENV, RUN))
     done = run_as_service([pg_bin("pg_ctl"), "-D", str(data), "-l", str(LOGS / "postgres.log"), "-w", "-t", "60", "start"])
     if done.returncode:
         raise StackError(f"postgres failed to start; log: {LOGS / 'postgres.log'}\n{done.stdout}{done.stderr}\n{tail('postgres')}")
-    user, password, db = ENV["PG_USER"], ENV["PG_PASSWORD"], ENV["PG_DATABASE"]
     psql = [pg_bin("psql"), "-h", str(RUN), "-p", ENV["PG_PORT"], "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-qtA"]
-    script = (
-        f"SELECT 'CREATE ROLE {user} LOGIN REPLICATION CREATEDB PASSWORD ''{password}''' "
-        f"WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{user}') \\gexec\n"
-        f"SELECT 'CREATE DATABASE {db} OWNER {user}' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{db}') \\gexec\n"
-    )
-    done = run_as_service([*psql, "-d", "postgres"], input=script)
+    done = run_as_service([*psql, "-d", "postgres"], input=configs.postgres_provisioning(ENV))
     if done.returncode:
         raise StackError(f"postgres: provisioning role/database failed\n{done.stderr}")
 
@@ -326,14 +319,7 @@ def mariadb_start() -> None:
                               + ([f"--user={SERVICE_USER}"] if SERVICE_USER else []))
         if done.returncode:
             raise StackError(f"mariadb: mariadb-install-db failed\n{done.stdout}{done.stderr}")
-    spawn("mariadb", [
-        shutil.which("mariadbd") or "/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}",
-        f"--port={ENV['MARIADB_PORT']}", "--bind-address=127.0.0.1", f"--socket={RUN / 'mariadb.sock'}",
-        f"--pid-file={RUN / 'mariadbd.pid'}", "--log-bin=mariadb-bin", "--binlog-format=ROW",
-        "--binlog-row-image=FULL", "--server-id=1", "--gtid-domain-id=0", "--gtid-strict-mode=1", "--log-slave-updates",
-        "--innodb-buffer-pool-size=128M", "--expire-logs-days=7", "--skip-name-resolve",
-        "--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci",
-    ])
+    spawn("mariadb", [shutil.which("mariadbd") or "/usr/sbin/mariadbd", *configs.mariadb_flags(ENV, data, RUN)])
 
 
 def mariadb_sql(sql: str) -> subprocess.CompletedProcess:
@@ -344,14 +330,7 @@ def mariadb_sql(sql: str) -> subprocess.CompletedProcess:
 def mariadb_ready() -> bool:
     if mariadb_sql("SELECT 1").returncode:
         return False
-    user, password, db = ENV["MARIADB_USER"], ENV["MARIADB_PASSWORD"], ENV["MARIADB_DATABASE"]
-    done = mariadb_sql(
-        f"CREATE DATABASE IF NOT EXISTS {db} CHARACTER SET utf8mb4;"
-        f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY '{password}';"
-        f"GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, BINLOG MONITOR, LOCK TABLES ON *.* TO '{user}'@'%';"
-        f"GRANT ALL PRIVILEGES ON {db}.* TO '{user}'@'%';"
-        f"GRANT CREATE, DROP, ALTER, INSERT, UPDATE, DELETE, INDEX ON *.* TO '{user}'@'%';"
-    )
+    done = mariadb_sql(configs.mariadb_provisioning(ENV))
     if done.returncode:
         raise StackError(f"mariadb: provisioning user failed: {done.stderr.strip()}")
     return True
@@ -359,50 +338,21 @@ def mariadb_ready() -> bool:
 
 def redis_start() -> None:
     own(DATA / "redis")
-    spawn("redis", [shutil.which("redis-server") or "/usr/bin/redis-server", "--port", ENV["REDIS_PORT"],
-                    "--bind", "127.0.0.1", "--dir", str(DATA / "redis"), "--appendonly", "yes",
-                    "--save", "", "--daemonize", "no", "--logfile", ""])
-
-
-def log4j_config() -> Path:
-    path = CONF / "log4j2.properties"
-    path.write_text(
-        "status = warn\n"
-        "appender.out.type = Console\nappender.out.name = OUT\n"
-        "appender.out.layout.type = PatternLayout\nappender.out.layout.pattern = [%d] %p %m (%c)%n\n"
-        "rootLogger.level = INFO\nrootLogger.appenderRef.out.ref = OUT\n"
-        "logger.kafka.name = kafka\nlogger.kafka.level = WARN\n"
-        "logger.kafkaorg.name = org.apache.kafka\nlogger.kafkaorg.level = WARN\n"
-        "logger.connect.name = org.apache.kafka.connect.runtime.Worker\nlogger.connect.level = INFO\n"
-        "logger.debezium.name = io.debezium\nlogger.debezium.level = INFO\n"
-    )
-    return path
+    spawn("redis", [shutil.which("redis-server") or "/usr/bin/redis-server", *configs.redis_flags(ENV, DATA / "redis")])
 
 
 def java_cmd(lib: str, heap: str, main: str, *args: str) -> list[str]:
     jars = STATE / "lib" / lib
     if not any(jars.glob("*.jar")):
         raise StackError(f"{lib}: no jars in {jars}; run deploy/local/install.sh")
-    return [JAVA, f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            f"-Dlog4j2.configurationFile={log4j_config()}", "-cp", f"{jars}/*", main, *args]
+    log4j = CONF / "log4j2.properties"
+    log4j.write_text(configs.log4j_properties())
+    return [JAVA, *configs.java_flags(heap, log4j), "-cp", f"{jars}/*", main, *args]
 
 
 def kafka_start() -> None:
     data, conf = DATA / "kafka", CONF / "kafka.properties"
-    port, cport = ENV["KAFKA_PORT"], ENV["KAFKA_CONTROLLER_PORT"]
-    conf.write_text(
-        "process.roles=broker,controller\nnode.id=1\n"
-        f"controller.quorum.voters=1@127.0.0.1:{cport}\n"
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}\n"
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n"
-        "controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n"
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
-        f"log.dirs={data}\nnum.partitions=1\ndefault.replication.factor=1\n"
-        "offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\n"
-        "transaction.state.log.min.isr=1\nshare.coordinator.state.topic.replication.factor=1\n"
-        "share.coordinator.state.topic.min.isr=1\ngroup.initial.rebalance.delay.ms=0\n"
-        "log.cleaner.enable=true\nauto.create.topics.enable=true\ndelete.topic.enable=true\n"
-    )
+    conf.write_text(configs.kafka_properties(ENV, data))
     own(data)
     if not (data / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -422,26 +372,7 @@ def connect_start() -> None:
     own(secrets)
     secrets.chmod(0o700)
     conf = CONF / "connect.properties"
-    conf.write_text(
-        f"bootstrap.servers=127.0.0.1:{ENV['KAFKA_PORT']}\ngroup.id=cdcsync-connect\n"
-        "key.converter=org.apache.kafka.connect.json.JsonConverter\n"
-        "value.converter=org.apache.kafka.connect.json.JsonConverter\n"
-        "key.converter.schemas.enable=false\nvalue.converter.schemas.enable=false\n"
-        "config.storage.topic=_connect_configs\noffset.storage.topic=_connect_offsets\n"
-        "status.storage.topic=_connect_status\nconfig.storage.replication.factor=1\n"
-        "offset.storage.replication.factor=1\nstatus.storage.replication.factor=1\n"
-        # Flush source offsets every second so a crash re-sends little.
-        "offset.flush.interval.ms=1000\n"
-        # One worker: reassign a dead worker's tasks at once instead of after 5 minutes.
-        "scheduled.rebalance.max.delay.ms=0\n"
-        f"listeners=http://127.0.0.1:{ENV['CONNECT_PORT']}\nrest.advertised.host.name=127.0.0.1\n"
-        f"plugin.path={STATE / 'plugins'}\ntopic.creation.enable=true\n"
-        # Connector secrets are ${file:...} references resolved here, never stored in the connector config
-        # (docs/secrets.md); the provider reads only the directory `cdcsync connectors apply` writes them to.
-        "config.providers=file\n"
-        "config.providers.file.class=org.apache.kafka.common.config.provider.FileConfigProvider\n"
-        f"config.providers.file.param.allowed.paths={connect_secrets_dir()}\n"
-    )
+    conf.write_text(configs.connect_properties(ENV, STATE / "plugins", secrets))
     spawn("connect", java_cmd("connect", ENV["CONNECT_HEAP"], "org.apache.kafka.connect.cli.ConnectDistributed", str(conf)))
 
 
@@ -456,20 +387,12 @@ def es_start() -> None:
     home, conf = es_home(), CONF / "elasticsearch"
     if not conf.exists():
         shutil.copytree(home / "config", conf)
-    # The shipped jvm.options logs GC to a path relative to the install dir;
-    # keep only what matters and let ES_JAVA_OPTS set the heap.
-    (conf / "jvm.options").write_text("-XX:+UseG1GC\n-Djava.io.tmpdir=${ES_TMPDIR}\n-XX:+ExitOnOutOfMemoryError\n")
+    (conf / "jvm.options").write_text(configs.es_jvm_options())
     own(conf, DATA / "elasticsearch")
     heap = ENV["ES_HEAP"]
     java_home = os.environ.get("JAVA_HOME") or str(Path(os.path.realpath(JAVA)).parent.parent)
-    spawn("elasticsearch", [
-        str(home / "bin/elasticsearch"),
-        "-E", f"http.port={ENV['ES_PORT']}", "-E", f"transport.port={ENV['ES_TRANSPORT_PORT']}",
-        "-E", "network.host=127.0.0.1", "-E", "discovery.type=single-node", "-E", "cluster.name=cdcsync",
-        "-E", "xpack.security.enabled=false", "-E", f"path.data={DATA / 'elasticsearch'}",
-        "-E", f"path.logs={LOGS / 'elasticsearch'}", "-E", "action.destructive_requires_name=false",
-        "-E", "cluster.routing.allocation.disk.threshold_enabled=false",
-    ], env={"ES_JAVA_HOME": java_home, "ES_PATH_CONF": str(conf), "ES_JAVA_OPTS": f"-Xms{heap} -Xmx{heap}"}, cwd=home)
+    spawn("elasticsearch", [str(home / "bin/elasticsearch"), *configs.es_settings(ENV, DATA / "elasticsearch", LOGS / "elasticsearch")],
+          env={"ES_JAVA_HOME": java_home, "ES_PATH_CONF": str(conf), "ES_JAVA_OPTS": f"-Xms{heap} -Xmx{heap}"}, cwd=home)
 
 
 def es_healthy() -> bool:
