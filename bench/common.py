@@ -26,10 +26,12 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def start_daemon(config_path: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    """``cdcsync run`` on ``config_path`` with the default settings (no CDCSYNC_SPARK_*), its output to ``log``."""
+def start_daemon(
+    config_path: Path, log: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``cdcsync run`` on ``config_path`` with the default settings (no CDCSYNC_SPARK_* but ``env``'s), to ``log``."""
     command = [sys.executable, "-m", "cdcsync", "--config", str(config_path), "run", *args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCSYNC_SPARK_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCSYNC_SPARK_")} | (env or {})
     return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 

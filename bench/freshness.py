@@ -21,6 +21,15 @@ interpolated within the buckets of the difference, as Prometheus'
 measure commit -> readable, so Elasticsearch's refresh is in the markers
 only.
 
+**Where a batch's time goes.** The daemon runs with
+``CDCSYNC_SPARK_PROGRESS_LOG_LEVEL=INFO``, so Spark logs each micro-batch's
+progress (one JSON object per batch and follower). Per phase and follower the
+bench prints the batches' median duration by Spark's phases
+(``latestOffset``: asking Kafka for the end offsets; ``queryPlanning``;
+``addBatch``: cdcsync's batch function, the apply itself; ``walCommit`` and
+``commitOffsets``: the checkpoint's two writes) and the median time from one
+batch's start to the next.
+
 **Throughput.** Per phase: the rate written to Postgres, the rate that
 reached Kafka (capture), and each follower's ``cdcsync_changes_applied_total``
 rate. The burst phase gives the live throughput of the three followers
@@ -107,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     pollers = [Poller(f, tag, marks) for f in ("search", "cache", "warehouse")]
     try:
         apply(config)
-        daemon = start_daemon(config_path, log, "--metrics-port", str(port))
+        daemon = start_daemon(
+            config_path, log, "--metrics-port", str(port), env={"CDCSYNC_SPARK_PROGRESS_LOG_LEVEL": "INFO"}
+        )
         for p in pollers:
             p.start(tmp)
         say(f"`cdcsync run` started (log {log}); waiting for the {args.rows:,} rows in every store ...")
@@ -121,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  caught up after {time.monotonic() - started:.0f}s; settling 20 s")
         time.sleep(20)
         for rate in (int(r) for r in args.rates.split(",") if r):
+            since = time.time()
             phase = _steady(pg, table, rate, args.seconds, args.rows, marks, pollers, port=port, topic=topic)
+            phase["batches"] = batch_phases(log, since, time.time())
+            for name, figures in phase["batches"].items():
+                say(f"  [{name}] batches {figures}")
             results["phases"].append(phase)
         if args.burst:
             results["burst"] = _burst(pg, table, args.burst, args.rows, marks, pollers, topic, config)
@@ -317,6 +332,48 @@ def _burst(
     return out
 
 
+PROGRESS = "Streaming query made progress: "
+PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
+
+
+def batch_phases(log: Path, since: float, until: float) -> dict[str, dict[str, Any]]:
+    """Per follower, the median ms of each Spark phase of the batches that started in [since, until) and read rows.
+
+    ``every_s`` is the median time from one such batch's start to the next
+    (the trigger interval, or the batch's own length when that is longer).
+    """
+    from datetime import datetime
+
+    decoder, text = json.JSONDecoder(), log.read_text(errors="replace")
+    found: dict[str, list[dict[str, Any]]] = {}
+    at = text.find(PROGRESS)
+    while at >= 0:
+        try:
+            progress, end = decoder.raw_decode(text, at + len(PROGRESS))
+        except ValueError:
+            end = at + len(PROGRESS)
+        else:
+            started = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+            if since <= started < until and progress.get("numInputRows"):
+                name = str(progress.get("name") or "").removeprefix("cdcsync-")
+                found.setdefault(name, []).append(progress | {"started": started})
+        at = text.find(PROGRESS, end)
+    out: dict[str, dict[str, Any]] = {}
+    for name, batches in sorted(found.items()):
+        starts = sorted(b["started"] for b in batches)
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        out[name] = {
+            "batches": len(batches),
+            "rows_p50": _median([b["numInputRows"] for b in batches]),
+            "every_s": round(_median(gaps), 2) if gaps else None,
+        } | {phase: _median([b["durationMs"].get(phase, 0) for b in batches]) for phase in PHASES}
+    return out
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def _wait_seen(pollers: list[Poller], mark: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while any(p.seen < mark for p in pollers):
@@ -412,6 +469,15 @@ def _print(results: dict[str, Any]) -> None:
                 f" {phase[name]['applied_per_s']:>10,}"
             )
         print(f"        written {phase['written_per_s']:,}/s, in Kafka {phase['in_kafka_per_s']:,}/s")
+        batches = phase.get("batches") or {}
+        if batches:
+            print(f"        median batch (ms): {'follower':<10} {'rows':>6} {'every_s':>8} "
+                  + " ".join(f"{p:>14}" for p in PHASES))  # fmt: skip
+        for name, b in batches.items():
+            print(
+                f"                           {name:<10} {b['rows_p50']:>6} {b['every_s']!s:>8} "
+                + " ".join(f"{b[p]:>14}" for p in PHASES)
+            )
     if "burst" in results:
         b = results["burst"]
         print(
