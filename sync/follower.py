@@ -144,7 +144,7 @@ class BatchCounts:
 
     def count_written(self, rows: Sequence[Row], result: WriteResult) -> None:
         self.applied += result.applied
-        self.older += result.stale
+        self.older += result.older
         if result.applied != len(rows):  # which rows applied is unknown: count them, no per-op detail
             if result.applied:
                 self.applied_by_op["unknown"] = self.applied_by_op.get("unknown", 0) + result.applied

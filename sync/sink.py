@@ -7,7 +7,7 @@ must uphold, on its own server and for every key:
 - **Apply rule**: write a change only if its version is higher than the
   version the store holds for that key (a live row's or a delete marker's).
   The same version again is a no-op; a lower one is skipped and counted as
-  ``stale``. At-least-once delivery + this rule = effectively once.
+  ``older``. At-least-once delivery + this rule = effectively once.
 - **Deletes leave a marker** holding the delete's version, kept until the
   store is rebuilt (reindex): a replayed older write must not resurrect the
   row, however late it comes. Readers never see markers.
@@ -36,7 +36,7 @@ must uphold, on its own server and for every key:
                  ``illegal_argument_exception`` about a field or mapping; a
                  document with no JSON form, a reserved field, an id over 512
                  bytes, or alone over ``http.max_content_length``. A version
-                 conflict is ``stale``, a closed index retried
+                 conflict is ``older``, a closed index retried
   redis          ``WRONGTYPE``; the apply script failing on the row alone; a
                  column named ``_v``, text with no UTF-8 form
   delta          a value that does not fit its column's type (checked before
@@ -109,11 +109,11 @@ class Row:
 @dataclass
 class WriteResult:
     applied: int = 0
-    stale: int = 0  # older than (or equal to) what the store holds: skipped
+    older: int = 0  # older than (or equal to) what the store holds: skipped
     rejected: list[tuple[Row, str]] = field(default_factory=list)  # (row, the server's reason)
 
     def merge(self, other: WriteResult) -> WriteResult:
-        return WriteResult(self.applied + other.applied, self.stale + other.stale, self.rejected + other.rejected)
+        return WriteResult(self.applied + other.applied, self.older + other.older, self.rejected + other.rejected)
 
 
 class Sink(Protocol):

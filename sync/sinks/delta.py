@@ -9,7 +9,7 @@ flag and ``_cdcsync_doc`` (``mapping.fingerprint`` JSON).
 Guarantees (``cdcsync.sync.sink``):
 
 - **Apply rule**: MERGE on ``_cdcsync_id`` updates only when the incoming
-  version is higher and inserts unknown ids; the rest is ``stale``.
+  version is higher and inserts unknown ids; the rest is ``older``.
   ``applied`` = inserted + updated rows of that MERGE's own commit metrics.
 - **Delete markers**: a delete keeps the row, ``_cdcsync_deleted = true`` with
   the delete's version (data kept with ``soft_delete``, nulled otherwise); a
@@ -88,7 +88,7 @@ log = logging.getLogger(__name__)
 
 STRING, BIGINT, BOOLEAN, TIMESTAMP = T.StringType(), T.LongType(), T.BooleanType(), T.TimestampType()
 # kind -> (column type, the canonical Python types it takes, their name in a rejection); other kinds: JSON text.
-KINDS: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
+SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
     "decimal": (T.DecimalType(38, 10), (Decimal, int), "a decimal"),
     "date": (T.DateType(), date, "a date"),
     "timestamp": (TIMESTAMP, datetime, "a datetime"),
@@ -239,7 +239,7 @@ class DeltaSink:
         return wanted
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
-        """MERGE each target's rows; see the module docstring for what is applied, stale or rejected."""
+        """MERGE each target's rows; see the module docstring for what is applied, older or rejected."""
         result = WriteResult()
         latest: dict[str, dict[str, Row]] = {}
         for row in rows:
@@ -248,15 +248,15 @@ class DeltaSink:
             keyed = latest.setdefault(row.target, {})
             held = keyed.get(row.doc_id)  # the follower already keeps one change per key; MERGE needs it
             if held is not None:
-                result.stale += 1
+                result.older += 1
                 if held.version >= row.version:
                     continue
             keyed[row.doc_id] = row
         for target, keyed in latest.items():
             part = self._write_target(self._tables[target], list(keyed.values()))
             log.info(
-                "sink=%s batch=%d target=%s rows=%d applied=%d stale=%d rejected=%d",
-                self.name, batch_id, target, len(keyed), part.applied, part.stale, len(part.rejected),
+                "sink=%s batch=%d target=%s rows=%d applied=%d older=%d rejected=%d",
+                self.name, batch_id, target, len(keyed), part.applied, part.older, len(part.rejected),
             )  # fmt: skip
             result = result.merge(part)
         return result
@@ -379,7 +379,7 @@ class DeltaSink:
             if self.history:
                 self._append_history(table, records)
         result.applied = int(metrics["num_inserted_rows"]) + int(metrics["num_updated_rows"])
-        result.stale = len(records) - result.applied
+        result.older = len(records) - result.applied
         return result
 
     def _append_history(self, table: _Table, records: list[tuple[Row, dict[str, Any]]]) -> None:
@@ -409,12 +409,12 @@ def _spark_errors(what: str) -> Iterator[None]:
 
 
 def _spark_type(kind: str | None) -> T.DataType:
-    return KINDS[kind][0] if kind in KINDS else STRING
+    return SPARK_TYPES[kind][0] if kind in SPARK_TYPES else STRING
 
 
 def _kind_of(data_type: T.DataType) -> str | None:
     """The kind of a table column the mapping does not declare (STRING: JSON text)."""
-    return next((k for k, (t, _, _) in KINDS.items() if t == data_type != STRING), None)
+    return next((k for k, (t, _, _) in SPARK_TYPES.items() if t == data_type != STRING), None)
 
 
 def _quote(name: str) -> str:
@@ -440,9 +440,9 @@ def _encode(kind: str | None, value: Any, name: str) -> Any:
     """A canonical value -> the value put in the column; ValueError/TypeError if it does not fit."""
     if value is None:
         return None
-    if kind not in KINDS:
+    if kind not in SPARK_TYPES:
         return json.dumps(value, sort_keys=True)
-    _, accepted, what = KINDS[kind]
+    _, accepted, what = SPARK_TYPES[kind]
     fits = isinstance(value, accepted) and isinstance(value, bool) == (kind == "bool")
     if not fits or (kind == "date" and isinstance(value, datetime)):
         raise TypeError(f"column {name}: {type(value).__name__} {value!r:.80} is not {what}")
@@ -465,7 +465,7 @@ def _decode(kind: str | None, value: Any) -> Any:
         return EPOCH + timedelta(microseconds=value)
     if kind == "time":
         return time.fromisoformat(value)
-    if kind in KINDS:
+    if kind in SPARK_TYPES:
         return bytes(value) if isinstance(value, bytearray) else value
     try:
         return json.loads(value)

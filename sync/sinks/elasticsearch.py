@@ -26,7 +26,7 @@ Guarantees (``cdcsync.sync.sink``):
 
 - **Apply rule**: every change is an ``index`` action with
   ``version_type=external``; Elasticsearch itself refuses (409) a version
-  lower than or equal to the stored one, counted as ``stale``.
+  lower than or equal to the stored one, counted as ``older``.
 - **Deletes are marker documents**, ``{cdcsync_deleted: true,
   cdcsync_version: v}`` indexed with the delete's version, not ES deletes: ES
   forgets a deleted document's version after ``index.gc_deletes`` (60 s) and a
@@ -41,7 +41,7 @@ Guarantees (``cdcsync.sync.sink``):
   ==============  ======================================================
   item answer     taken as
   ==============  ======================================================
-  409             ``stale`` (``version_conflict_engine_exception``): the
+  409             ``older`` (``version_conflict_engine_exception``): the
                   index holds this version or a newer one
   mapping         **rejected**: ``mapper_parsing_exception``,
                   ``document_parsing_exception``,
@@ -445,8 +445,8 @@ class ElasticsearchSink:
             kind = classify_item(status, error)
             if kind == "applied":
                 result.applied += 1
-            elif kind == "stale":  # the store holds this version or a newer one
-                result.stale += 1
+            elif kind == "older":  # the store holds this version or a newer one
+                result.older += 1
             elif kind == "reject":
                 result.rejected.append((row, _reason(error or {})))
             else:
@@ -541,14 +541,14 @@ class ElasticsearchSink:
 def classify_item(status: int, error: dict[str, Any] | None) -> str:
     """How one bulk item's answer is taken (module docstring's table).
 
-    One of 'applied', 'stale', 'reject', 'retry', 'closed', 'fatal' or
+    One of 'applied', 'older', 'reject', 'retry', 'closed', 'fatal' or
     'unknown' (retried too, then the follower stops: never a rejection).
     """
     if error is None:
         return "applied"
     kind = error.get("type")
     if status == 409 and kind == "version_conflict_engine_exception":
-        return "stale"
+        return "older"
     if kind == "index_closed_exception":
         return "closed"
     if status in RETRYABLE_STATUS or kind in RETRYABLE_TYPES:

@@ -10,7 +10,7 @@ Guarantees (``cdcsync.sync.sink``):
 
 - **Apply rule**, atomically per key inside a Lua script: the held version
   is the larger of the row's ``_v`` and its delete marker; a change whose
-  version is not higher is a no-op counted as ``stale``. An upsert replaces
+  version is not higher is a no-op counted as ``older``. An upsert replaces
   the whole hash (DEL then HSET, so dropped columns do not linger) and clears
   the marker; a delete removes the row and records the marker. Versions are
   compared as decimal strings, never as Lua numbers (doubles lose precision
@@ -131,13 +131,13 @@ from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, 
 log = logging.getLogger(__name__)
 
 VERSION_FIELD = "_v"
-CHUNK = 1000  # commands per pipeline round trip: bounds client and server buffers on huge batches
+PIPELINE_COMMANDS = 1000  # commands per pipeline round trip: bounds client and server buffers on huge batches
 # One apply script call runs many rows (per-call costs, in redis-py and in the server, are what a
 # call per row paid for), bounded because a script blocks every other client of the server while it
 # runs: ROWS_PER_CALL rows or BYTES_PER_CALL bytes of JSON, whichever comes first.
 ROWS_PER_CALL = 100
 BYTES_PER_CALL = 64 * 1024
-CALLS_PER_ROUND = 10  # script calls per pipeline round trip: ~1000 rows, as CHUNK bounds other rounds
+CALLS_PER_ROUND = 10  # script calls per pipeline round trip: ~1000 rows, as PIPELINE_COMMANDS bounds other rounds
 SCAN_COUNT = 1000
 # The member a stage puts in each journal so that it exists (an empty set does not). A doc id equal to it
 # would only be taken as written by the follower: the version rule instead of a plain replace at publish.
@@ -338,7 +338,7 @@ class RedisSink:
             if isinstance(reply, RedisError) and classify(reply) == "script" and len(call.rows) > 1:
                 # The script itself failed, not a command of one row (those come back per row): run
                 # these rows one per call, so whatever causes it rejects its own row only. Rows the
-                # failed call applied already count as stale then.
+                # failed call applied already count as older then.
                 result = result.merge(self._apply(call.split()))
             else:
                 result = result.merge(self._outcomes(call, reply))
@@ -361,7 +361,7 @@ class RedisSink:
             elif status == 1:
                 result.applied += 1
             elif status == 0:
-                result.stale += 1
+                result.older += 1
             else:
                 raise FatalError(f"redis {self.url}: the apply script answered {status!r:.200} for a row")
         return result
@@ -509,11 +509,11 @@ class _Call:
 
 
 def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
-    """Lists of at most CHUNK items: bounded round trips over a scan of any size."""
+    """Lists of at most PIPELINE_COMMANDS items: bounded round trips over a scan of any size."""
     chunk: list[str] = []
     for item in items:
         chunk.append(item)
-        if len(chunk) >= CHUNK:
+        if len(chunk) >= PIPELINE_COMMANDS:
             yield chunk
             chunk = []
     if chunk:

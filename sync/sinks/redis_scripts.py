@@ -26,7 +26,7 @@ end
 # JSON array with one array of strings per row, in KEYS order: doc id, version, op ('u' | 'd'), then
 # field, value, ... (one JSON argument instead of a dozen per row: redis-py's packing of many small
 # arguments cost more than the server's work). Every value is a JSON string, so cjson gives back the
-# exact bytes and never a number. Returns one reply per row, in order: 1 applied, 0 stale (the store
+# exact bytes and never a number. Returns one reply per row, in order: 1 applied, 0 older (the store
 # holds this version or a newer one), or the error of the command Redis refused for that row.
 # redis.pcall turns such an error into a value, so one refused row does not abort the rows after it.
 # A row applied while its target's journal exists adds its id there, in the same atomic call: the

@@ -36,7 +36,7 @@ def answering(monkeypatch: pytest.MonkeyPatch, answer: Any) -> RedisSink:
 def test_per_row_answers_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     refused = ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
     result = answering(monkeypatch, [1, 0, refused, 1]).write(1, rows(4))
-    assert (result.applied, result.stale) == (2, 1)
+    assert (result.applied, result.older) == (2, 1)
     assert [(row.doc_id, reason) for row, reason in result.rejected] == [("2", str(refused))]
 
 

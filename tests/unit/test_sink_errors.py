@@ -110,7 +110,7 @@ def test_an_acl_refusal_inside_the_script_names_the_fix(monkeypatch: pytest.Monk
 def test_wrongtype_rejects_its_row_only(monkeypatch: pytest.MonkeyPatch) -> None:
     refused = ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
     result = redis_answering(monkeypatch, [1, refused, 0]).write(1, rows(3))
-    assert (result.applied, result.stale) == (1, 1)
+    assert (result.applied, result.older) == (1, 1)
     assert [(row.doc_id, reason) for row, reason in result.rejected] == [("1", str(refused))]
 
 
@@ -196,7 +196,7 @@ def test_an_elasticsearch_item_error_about_its_row_rejects_that_row(
     answers = [{"status": 201}, {"status": status, "error": error}, {"status": 409, "error": {"type": "x"}}]
     answers[2]["error"] = {"type": "version_conflict_engine_exception", "reason": "version conflict"}
     result = es_answering(monkeypatch, answers).write(1, rows(3))
-    assert (result.applied, result.stale, [row.doc_id for row, _ in result.rejected]) == (1, 1, ["1"])
+    assert (result.applied, result.older, [row.doc_id for row, _ in result.rejected]) == (1, 1, ["1"])
     assert result.rejected[0][1].startswith(error["type"])
 
 
@@ -214,7 +214,7 @@ def test_elasticsearch_classification_of_plain_answers() -> None:
 
     assert "index_closed_exception" not in REJECTED_TYPES
     assert classify_item(201, None) == "applied"
-    assert classify_item(409, {"type": "version_conflict_engine_exception"}) == "stale"
+    assert classify_item(409, {"type": "version_conflict_engine_exception"}) == "older"
     assert classify_item(409, {"type": "some_other_conflict"}) == "unknown"
     assert classify_item(400, CLOSED) == "closed"
     assert classify_item(400, {"type": "index_closed_exception"}) == "closed"

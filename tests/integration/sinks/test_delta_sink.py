@@ -87,7 +87,7 @@ def test_every_type_round_trips_to_its_stored_form(spark: Any, tmp_path: Path) -
     }
     sparse = {"price": Decimal("-100"), "attrs": "bare string", "n": 0, "extra": "x", "name": None}
     result = sink.write(1, [upsert("1", 10, full), upsert("2", 11, sparse)])
-    assert (result.applied, result.stale, result.rejected) == (2, 0, [])
+    assert (result.applied, result.older, result.rejected) == (2, 0, [])
 
     held = sink.held("items")
     assert held == {"1": (10, sink.stored_form(full)), "2": (11, sink.stored_form(sparse))}
@@ -114,16 +114,16 @@ def test_every_type_round_trips_to_its_stored_form(spark: Any, tmp_path: Path) -
     assert again.held("items") == held
 
 
-def test_older_version_is_stale_and_same_version_is_a_no_op(spark: Any, tmp_path: Path) -> None:
+def test_older_version_is_older_and_same_version_is_a_no_op(spark: Any, tmp_path: Path) -> None:
     sink = make_sink(spark, tmp_path)
     assert sink.write(1, [upsert("a", 10, {"n": 2, "name": "new"})]).applied == 1
 
     older = sink.write(2, [upsert("a", 5, {"n": 1, "name": "old"})])
-    assert (older.applied, older.stale, older.rejected) == (0, 1, [])
+    assert (older.applied, older.older, older.rejected) == (0, 1, [])
     assert sink.held("items") == {"a": (10, {"n": 2, "name": "new"})}
 
     same = sink.write(3, [upsert("a", 10, {"n": 3, "name": "same version, other data"})])
-    assert (same.applied, same.stale) == (0, 1)
+    assert (same.applied, same.older) == (0, 1)
     assert sink.held("items") == {"a": (10, {"n": 2, "name": "new"})}
 
 
@@ -131,10 +131,10 @@ def test_replaying_a_batch_changes_nothing(spark: Any, tmp_path: Path) -> None:
     sink = make_sink(spark, tmp_path)
     batch = [upsert("a", 1, {"n": 1}), upsert("b", 2, {"n": 2}), delete("c", 3)]
     first = sink.write(7, batch)
-    assert (first.applied, first.stale) == (3, 0)
+    assert (first.applied, first.older) == (3, 0)
     before = raw(sink)
     replay = sink.write(7, batch)
-    assert (replay.applied, replay.stale, replay.rejected) == (0, 3, [])
+    assert (replay.applied, replay.older, replay.rejected) == (0, 3, [])
     assert raw(sink) == before
 
 
@@ -143,7 +143,7 @@ def test_delete_leaves_a_marker_that_an_older_replay_cannot_pass(spark: Any, tmp
     sink = make_sink(spark, tmp_path, soft_delete=soft_delete)
     sink.write(1, [upsert("a", 1, {"n": 1, "name": "first"}), upsert("b", 1, {"n": 9})])
     gone = sink.write(2, [delete("a", 2), delete("never-seen", 5)])
-    assert (gone.applied, gone.stale) == (2, 0)
+    assert (gone.applied, gone.older) == (2, 0)
     assert sink.held("items") == {"b": (1, {"n": 9})}
     assert [r["_cdcsync_id"] for r in sink.live("items").collect()] == ["b"]
 
@@ -153,7 +153,7 @@ def test_delete_leaves_a_marker_that_an_older_replay_cannot_pass(spark: Any, tmp
     assert raw(sink)["never-seen"]["_cdcsync_deleted"] is True
 
     replay = sink.write(3, [upsert("a", 1, {"n": 1, "name": "first"}), upsert("never-seen", 4, {"n": 4})])
-    assert (replay.applied, replay.stale) == (0, 2)
+    assert (replay.applied, replay.older) == (0, 2)
     assert sink.held("items") == {"b": (1, {"n": 9})}
 
     back = sink.write(4, [upsert("a", 3, {"n": 3, "name": "back"})])
@@ -168,7 +168,7 @@ def test_history_records_every_change_once(spark: Any, tmp_path: Path) -> None:
     second = [upsert("a", 2, {"n": 10}), delete("b", 3), upsert("c", 1, {"n": 3})]
     sink.write(2, second)
     sink.write(2, second)  # a replay adds nothing
-    sink.write(3, [upsert("a", 1, {"n": 1})])  # stale for the table, already in the history
+    sink.write(3, [upsert("a", 1, {"n": 1})])  # older for the table, already in the history
 
     rows = spark.read.format("delta").load(str(tmp_path / "lake/items__history")).collect()
     got = sorted(
@@ -199,12 +199,12 @@ def test_a_bad_row_is_rejected_and_the_rest_applied(spark: Any, tmp_path: Path) 
     rows = [upsert("ok", 1, {"n": 1, "price": Decimal("3.25")}), text_in_int, too_precise, upsert("ok2", 2, {"n": 2})]
     result = sink.write(1, rows)
 
-    assert result.applied == 2 and result.stale == 0
+    assert result.applied == 2 and result.older == 0
     assert [(r.doc_id, reason) for r, reason in result.rejected] == [
         ("bad1", "column n: str 'twelve' is not an int"),
         ("bad2", "column price: 1.00000000001 does not fit DECIMAL(38,10)"),
     ]
-    assert result.applied + result.stale + len(result.rejected) == len(rows)
+    assert result.applied + result.older + len(result.rejected) == len(rows)
     assert sink.held("items") == {"ok": (1, {"n": 1, "price": Decimal("3.25")}), "ok2": (2, {"n": 2})}
 
 

@@ -126,7 +126,7 @@ def test_upsert_reads_back_as_its_stored_form(es: Elasticsearch, prefix: str) ->
     sink = make_sink(prefix, "items")
     rows = [upsert("items", i, 100 + i, **full_doc(i)) for i in range(3)]
     result = sink.write(1, rows)
-    assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+    assert (result.applied, result.older, result.rejected) == (3, 0, [])
     held = sink.held("items")
     assert held == {row.doc_id: (row.version, sink.stored_form(row.doc or {})) for row in rows}
     stored = held["1"][1]
@@ -170,11 +170,11 @@ def test_a_staged_index_fills_without_refreshes_and_publishes_with_its_own_inter
     sink.close()
 
 
-def test_older_version_after_a_newer_one_is_stale(prefix: str) -> None:
+def test_older_version_after_a_newer_one_is_older(prefix: str) -> None:
     sink = make_sink(prefix, "items")
     assert sink.write(1, [upsert("items", 1, 20, name="new")]).applied == 1
     result = sink.write(2, [upsert("items", 1, 10, name="old")])
-    assert (result.applied, result.stale) == (0, 1)
+    assert (result.applied, result.older) == (0, 1)
     assert sink.held("items") == {"1": (20, {"id": 1, "name": "new"})}
     sink.close()
 
@@ -184,9 +184,9 @@ def test_same_version_again_is_a_no_op(prefix: str) -> None:
     batch = [upsert("items", i, 7, name=f"v7-{i}") for i in range(5)]
     assert sink.write(1, batch).applied == 5
     again = sink.write(1, batch)  # the same batch redelivered after a crash
-    assert (again.applied, again.stale) == (0, 5)
+    assert (again.applied, again.older) == (0, 5)
     other = sink.write(2, [upsert("items", 0, 7, name="same version, other content")])
-    assert other.stale == 1
+    assert other.older == 1
     assert sink.held("items")["0"] == (7, {"id": 0, "name": "v7-0"})
     sink.close()
 
@@ -207,7 +207,7 @@ def test_delete_hides_the_row_and_a_replayed_older_write_does_not_resurrect_it_p
     es.indices.refresh(index=alias)
 
     replay = sink.write(3, [upsert("items", 1, 10, name="a")])
-    assert (replay.applied, replay.stale) == (0, 1)
+    assert (replay.applied, replay.older) == (0, 1)
     assert visible(es, alias) == 1 and set(sink.held("items")) == {"2"}
     # The marker keeps the version; GET by id ignores alias filters, so readers by id check the flag.
     marker = es.get(index=alias, id="1")
@@ -219,8 +219,8 @@ def test_a_newer_upsert_after_a_delete_brings_the_row_back(es: Elasticsearch, pr
     sink = make_sink(prefix, "items")
     sink.write(1, [upsert("items", 1, 10, name="a")])
     sink.write(2, [delete("items", 1, 20)])
-    assert sink.write(3, [delete("items", 1, 20)]).stale == 1  # the delete redelivered
-    assert sink.write(4, [upsert("items", 1, 20, name="same version as the delete")]).stale == 1
+    assert sink.write(3, [delete("items", 1, 20)]).older == 1  # the delete redelivered
+    assert sink.write(4, [upsert("items", 1, 20, name="same version as the delete")]).older == 1
     assert sink.write(5, [upsert("items", 1, 30, name="back")]).applied == 1
     assert sink.held("items") == {"1": (30, {"id": 1, "name": "back"})}
     assert visible(es, f"{prefix}items") == 1
@@ -230,7 +230,7 @@ def test_a_newer_upsert_after_a_delete_brings_the_row_back(es: Elasticsearch, pr
 def test_a_delete_of_a_row_never_seen_still_beats_its_older_snapshot(prefix: str) -> None:
     sink = make_sink(prefix, "items")
     assert sink.write(1, [delete("items", 9, 50)]).applied == 1
-    assert sink.write(2, [upsert("items", 9, 0, name="snapshot row")]).stale == 1
+    assert sink.write(2, [upsert("items", 9, 0, name="snapshot row")]).older == 1
     assert sink.write(3, [upsert("items", 8, 0, name="snapshot row")]).applied == 1  # version 0 is valid
     assert set(sink.held("items")) == {"8"}
     sink.close()
@@ -245,7 +245,7 @@ def test_a_row_that_conflicts_with_the_mapping_is_rejected_and_the_rest_applied(
         upsert("items", 4, 10, n=6),
     ]
     result = sink.write(1, rows)
-    assert (result.applied, result.stale) == (2, 0)
+    assert (result.applied, result.older) == (2, 0)
     assert [row.doc_id for row, _ in result.rejected] == ["2", "3"]
     for _row, reason in result.rejected:
         assert reason.startswith("document_parsing_exception") or reason.startswith("mapper_parsing_exception")
@@ -258,18 +258,18 @@ def test_a_few_thousand_rows_round_trip_in_chunks(prefix: str) -> None:
     sink = make_sink(prefix, "items")
     first = [upsert("items", i, 100, name=f"row {i}", n=i, price=Decimal(i) / 100) for i in range(3500)]
     result = sink.write(1, first)
-    assert (result.applied, result.stale, result.rejected) == (3500, 0, [])
+    assert (result.applied, result.older, result.rejected) == (3500, 0, [])
     mixed = (
-        first[:1000]  # redelivered: stale
-        + [upsert("items", i, 50, name="older") for i in range(1000, 1500)]  # stale
+        first[:1000]  # redelivered: older
+        + [upsert("items", i, 50, name="older") for i in range(1000, 1500)]  # older
         + [upsert("items", i, 200, name=f"newer {i}") for i in range(1500, 2500)]  # applied
         + [delete("items", i, 300) for i in range(2500, 3000)]  # applied
         + [upsert("items", i, 200, n="bad") for i in range(3000, 3010)]  # rejected
         + [upsert("items", i, 100, name="new row") for i in range(3500, 4000)]  # applied
     )
     result = sink.write(2, mixed)
-    assert result.applied + result.stale + len(result.rejected) == len(mixed)
-    assert (result.applied, result.stale, len(result.rejected)) == (2000, 1500, 10)
+    assert result.applied + result.older + len(result.rejected) == len(mixed)
+    assert (result.applied, result.older, len(result.rejected)) == (2000, 1500, 10)
     held = sink.held("items")
     assert len(held) == 3500 - 500 + 500
     assert held["1700"] == (200, {"id": 1700, "name": "newer 1700"})

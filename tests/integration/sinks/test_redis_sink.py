@@ -73,7 +73,7 @@ def test_upsert_reads_back_as_its_stored_form(sink: RedisSink, client: redis.Red
     }
     rows = [upsert("items", i, 100 + i, **doc) for i in range(3)]
     result = sink.write(1, rows)
-    assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+    assert (result.applied, result.older, result.rejected) == (3, 0, [])
     assert sink.held("items") == {row.doc_id: (row.version, sink.stored_form(row.doc or {})) for row in rows}
     stored = client.hgetall(sink.row_key("items", "1"))
     assert stored == {
@@ -94,10 +94,10 @@ def test_upsert_reads_back_as_its_stored_form(sink: RedisSink, client: redis.Red
     }
 
 
-def test_older_version_after_a_newer_one_is_stale(sink: RedisSink) -> None:
+def test_older_version_after_a_newer_one_is_older(sink: RedisSink) -> None:
     assert sink.write(1, [upsert("items", 1, 20, name="new")]).applied == 1
     result = sink.write(2, [upsert("items", 1, 10, name="old")])
-    assert (result.applied, result.stale) == (0, 1)
+    assert (result.applied, result.older) == (0, 1)
     assert sink.held("items") == {"1": (20, {"id": "1", "name": "new"})}
 
 
@@ -105,10 +105,10 @@ def test_versions_compare_exactly_beyond_double_precision(sink: RedisSink) -> No
     big = 2**60  # big + 1 and big + 2 are the same Lua number (double)
     assert sink.write(1, [upsert("items", 1, big + 1, name="first")]).applied == 1
     assert sink.write(2, [upsert("items", 1, big + 2, name="second")]).applied == 1
-    assert sink.write(3, [upsert("items", 1, big + 1, name="first again")]).stale == 1
+    assert sink.write(3, [upsert("items", 1, big + 1, name="first again")]).older == 1
     assert sink.write(4, [upsert("items", 2, 9, name="nine")]).applied == 1
     assert sink.write(5, [upsert("items", 2, 10, name="ten")]).applied == 1  # longer string, larger number
-    assert sink.write(6, [upsert("items", 2, 9, name="nine")]).stale == 1
+    assert sink.write(6, [upsert("items", 2, 9, name="nine")]).older == 1
     held = sink.held("items")
     assert held["1"] == (big + 2, {"id": "1", "name": "second"}) and held["2"][0] == 10
 
@@ -117,8 +117,8 @@ def test_same_version_again_is_a_no_op(sink: RedisSink) -> None:
     batch = [upsert("items", i, 7, name=f"v7-{i}") for i in range(5)]
     assert sink.write(1, batch).applied == 5
     again = sink.write(1, batch)  # the same batch redelivered after a crash
-    assert (again.applied, again.stale) == (0, 5)
-    assert sink.write(2, [upsert("items", 0, 7, name="same version, other content")]).stale == 1
+    assert (again.applied, again.older) == (0, 5)
+    assert sink.write(2, [upsert("items", 0, 7, name="same version, other content")]).older == 1
     assert sink.held("items")["0"] == (7, {"id": "0", "name": "v7-0"})
 
 
@@ -137,14 +137,14 @@ def test_delete_removes_the_row_and_a_replayed_older_write_does_not_resurrect_it
     assert client.hget(sink.marker_key("items"), "1") == "20"
     assert set(sink.held("items")) == {"2"}
     replay = sink.write(3, [upsert("items", 1, 10, name="a"), delete("items", 1, 20)])
-    assert (replay.applied, replay.stale) == (0, 2)
+    assert (replay.applied, replay.older) == (0, 2)
     assert not client.exists(sink.row_key("items", "1"))
     assert set(sink.held("items")) == {"2"}
 
 
 def test_a_delete_of_a_row_never_seen_still_beats_its_older_snapshot(sink: RedisSink, client: redis.Redis) -> None:
     assert sink.write(1, [delete("items", 9, 50)]).applied == 1
-    assert sink.write(2, [upsert("items", 9, 0, name="snapshot row")]).stale == 1
+    assert sink.write(2, [upsert("items", 9, 0, name="snapshot row")]).older == 1
     assert sink.write(3, [upsert("items", 8, 0, name="snapshot row")]).applied == 1  # version 0 is valid
     assert not client.exists(sink.row_key("items", "9"))
 
@@ -152,7 +152,7 @@ def test_a_delete_of_a_row_never_seen_still_beats_its_older_snapshot(sink: Redis
 def test_a_newer_upsert_after_a_delete_brings_the_row_back(sink: RedisSink, client: redis.Redis) -> None:
     sink.write(1, [upsert("items", 1, 10, name="a")])
     sink.write(2, [delete("items", 1, 20)])
-    assert sink.write(3, [upsert("items", 1, 20, name="same version as the delete")]).stale == 1
+    assert sink.write(3, [upsert("items", 1, 20, name="same version as the delete")]).older == 1
     assert sink.write(4, [upsert("items", 1, 30, name="back")]).applied == 1
     assert sink.held("items") == {"1": (30, {"id": "1", "name": "back"})}
     assert client.hget(sink.marker_key("items"), "1") is None  # the row's _v now holds the version
@@ -163,7 +163,7 @@ def test_a_row_redis_refuses_is_rejected_and_the_rest_applied(sink: RedisSink, c
     rows = [upsert("items", 1, 10, name="a"), upsert("items", 2, 10, name="b"), upsert("items", 3, 10, _v="x")]
     rows.append(upsert("items", 4, 10, name="d"))
     result = sink.write(1, rows)
-    assert (result.applied, result.stale) == (2, 0)
+    assert (result.applied, result.older) == (2, 0)
     reasons = {row.doc_id: reason for row, reason in result.rejected}
     assert set(reasons) == {"2", "3"}
     assert "WRONGTYPE" in reasons["2"] and "'_v'" in reasons["3"]
@@ -176,7 +176,7 @@ def test_a_refused_row_among_many_is_rejected_alone(sink: RedisSink, client: red
     rows = [upsert("items", i, 10, name=f"n{i}") for i in range(10)]
     rows[3:3] = [upsert("other", 1, 10, name="x"), delete("other", 2, 10)]
     result = sink.write(1, rows)
-    assert (result.applied, result.stale) == (9, 0)
+    assert (result.applied, result.older) == (9, 0)
     assert sorted((row.target, row.doc_id) for row, _ in result.rejected) == [
         ("items", "5"),
         ("other", "1"),
@@ -187,22 +187,22 @@ def test_a_refused_row_among_many_is_rejected_alone(sink: RedisSink, client: red
     assert client.get(sink.row_key("items", "5")) == "not a hash"
 
 
-def test_upserts_deletes_and_stale_rows_in_one_batch_are_counted_exactly(sink: RedisSink, client: redis.Redis) -> None:
+def test_upserts_deletes_and_older_rows_in_one_batch_are_counted_exactly(sink: RedisSink, client: redis.Redis) -> None:
     sink.write(1, [upsert("items", i, 10, name=f"old {i}") for i in range(1, 5)] + [delete("items", 5, 10)])
     result = sink.write(
         2,
         [
             upsert("items", 1, 20, name="newer"),  # applied
-            upsert("items", 2, 10, name="same version"),  # stale
+            upsert("items", 2, 10, name="same version"),  # older
             delete("items", 3, 20),  # applied: the row goes
-            delete("items", 4, 5),  # stale: older than the row
-            upsert("items", 5, 9, name="older than its delete"),  # stale
+            delete("items", 4, 5),  # older than the row
+            upsert("items", 5, 9, name="older than its delete"),  # older
             upsert("items", 6, 1, name="new row"),  # applied
             delete("items", 7, 1),  # applied: a delete of a row never seen leaves its marker
             upsert("items", 8, 1, _v="collides"),  # rejected before the server
         ],
     )
-    assert (result.applied, result.stale, [row.doc_id for row, _ in result.rejected]) == (4, 3, ["8"])
+    assert (result.applied, result.older, [row.doc_id for row, _ in result.rejected]) == (4, 3, ["8"])
     assert sink.held("items") == {
         "1": (20, {"id": "1", "name": "newer"}),
         "2": (10, {"id": "2", "name": "old 2"}),
@@ -213,18 +213,18 @@ def test_upserts_deletes_and_stale_rows_in_one_batch_are_counted_exactly(sink: R
 
 
 def test_interleaved_outcomes_over_thousands_of_rows_map_to_their_rows(sink: RedisSink) -> None:
-    # Every third row is stale and every third a delete, so an answer attributed to the wrong row shows.
+    # Every third row is older and every third a delete, so an answer attributed to the wrong row shows.
     sink.write(1, [upsert("items", i, 100, name=f"first {i}") for i in range(2500)])
     rows = [
         upsert("items", i, 200, name=f"second {i}")
         if i % 3 == 0
-        else upsert("items", i, 50, name="stale")
+        else upsert("items", i, 50, name="older")
         if i % 3 == 1
         else delete("items", i, 200)
         for i in range(2500)
     ]
     result = sink.write(2, rows)
-    assert (result.applied, result.stale, result.rejected) == (1667, 833, [])
+    assert (result.applied, result.older, result.rejected) == (1667, 833, [])
     held = sink.held("items")
     assert set(held) == {str(i) for i in range(2500) if i % 3 != 2}
     assert all(held[str(i)] == (200, {"id": str(i), "name": f"second {i}"}) for i in range(0, 2500, 3))
@@ -234,18 +234,18 @@ def test_interleaved_outcomes_over_thousands_of_rows_map_to_their_rows(sink: Red
 def test_a_few_thousand_rows_round_trip(sink: RedisSink) -> None:
     first = [upsert("items", i, 100, name=f"row {i}", price=Decimal(i) / 100) for i in range(3500)]
     result = sink.write(1, first)
-    assert (result.applied, result.stale, result.rejected) == (3500, 0, [])
+    assert (result.applied, result.older, result.rejected) == (3500, 0, [])
     mixed = (
-        first[:1000]  # redelivered: stale
-        + [upsert("items", i, 50, name="older") for i in range(1000, 1500)]  # stale
+        first[:1000]  # redelivered: older
+        + [upsert("items", i, 50, name="older") for i in range(1000, 1500)]  # older
         + [upsert("items", i, 200, name=f"newer {i}") for i in range(1500, 2500)]  # applied
         + [delete("items", i, 300) for i in range(2500, 3000)]  # applied
         + [upsert("items", i, 200, _v="bad") for i in range(3000, 3010)]  # rejected
         + [upsert("items", i, 100, name="new row") for i in range(3500, 4000)]  # applied
     )
     result = sink.write(2, mixed)
-    assert result.applied + result.stale + len(result.rejected) == len(mixed)
-    assert (result.applied, result.stale, len(result.rejected)) == (2000, 1500, 10)
+    assert result.applied + result.older + len(result.rejected) == len(mixed)
+    assert (result.applied, result.older, len(result.rejected)) == (2000, 1500, 10)
     held = sink.held("items")
     assert len(held) == 3500
     assert held["1700"] == (200, {"id": "1700", "name": "newer 1700"})
@@ -257,7 +257,7 @@ def test_a_row_with_more_fields_than_one_hset_takes_round_trips(sink: RedisSink)
     wide = {f"c{n}": f"v{n}" for n in range(5000)}  # 10,000 strings: beyond what Lua's unpack() takes at once
     rows = [upsert("items", 1, 10, name="a"), upsert("items", 2, 10, **wide), upsert("items", 3, 10, name="c")]
     result = sink.write(1, rows)
-    assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+    assert (result.applied, result.older, result.rejected) == (3, 0, [])
     held = sink.held("items")
     assert held["2"] == (10, {"id": "2", **wide}) and set(held) == {"1", "2", "3"}
 
@@ -274,7 +274,7 @@ def test_a_script_failure_outside_any_command_rejects_only_its_row(
     monkeypatch.setattr(sink, "_script_args", corrupt)
     result = sink.write(1, [upsert("items", i, 10, name=f"n{i}") for i in range(10)])
     assert [row.doc_id for row, _ in result.rejected] == ["5"]
-    assert result.applied + result.stale == 9
+    assert result.applied + result.older == 9
     assert set(sink.held("items")) == {str(i) for i in range(10)} - {"5"}
 
 
@@ -295,7 +295,7 @@ def test_publish_promotes_the_staged_rows_and_markers_newer_than_the_live_ones(
     sink.stage([TableMapping("public.items", "items")])
     staged = [upsert("items", i, 20, name="staged") for i in (1, 2)] + [upsert("items", 3, 6, name="staged")]
     result = sink.write(2, [*staged, delete("items", 4, 7)])
-    assert (result.applied, result.stale, result.rejected) == (4, 0, [])
+    assert (result.applied, result.older, result.rejected) == (4, 0, [])
     assert set(sink.held("items")) == {"1", "2", "3"}  # the staged generation, not the live rows
     # The running follower writes a newer version of row 2 meanwhile: the journal keeps it over the staged one.
     running = RedisSink("redis-test", REDIS_URL, prefix=sink.prefix)
@@ -314,7 +314,7 @@ def test_publish_promotes_the_staged_rows_and_markers_newer_than_the_live_ones(
 def test_the_script_is_reloaded_after_the_server_lost_it(sink: RedisSink, client: redis.Redis) -> None:
     client.script_flush()  # what a Redis restart does to the script cache
     result = sink.write(1, [upsert("items", i, 10, name="a") for i in range(3)])
-    assert (result.applied, result.stale) == (3, 0)
+    assert (result.applied, result.older) == (3, 0)
 
 
 def test_held_reads_only_its_target(sink: RedisSink) -> None:

@@ -140,7 +140,7 @@ def test_a_closed_index_rejects_no_row_and_the_write_applies_once_it_is_reopened
         es_sink.write(2, rows)
     reopen(es, index)
     result = es_sink.write(2, rows)  # the follower's retry of the same batch
-    assert (result.applied, result.stale, result.rejected) == (2, 0, [])
+    assert (result.applied, result.older, result.rejected) == (2, 0, [])
     assert es_sink.held("items") == {
         "1": (20, {"id": 1, "name": "while closed"}),
         "2": (20, {"id": 2, "name": "new"}),
@@ -206,7 +206,7 @@ def test_an_acl_refusal_inside_the_script_rejects_no_row_and_names_the_fix(admin
         user = url.split("//", 1)[1].split(":", 1)[0]
         admin.execute_command("ACL", "SETUSER", user, "+hset")
         result = sink.write(1, rows)
-        assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+        assert (result.applied, result.older, result.rejected) == (3, 0, [])
 
 
 def test_noreplicas_rejects_no_row_and_is_retryable(admin: redis.Redis) -> None:
@@ -222,7 +222,7 @@ def test_noreplicas_rejects_no_row_and_is_retryable(admin: redis.Redis) -> None:
             admin.config_set("min-replicas-to-write", original)
         assert admin.config_get("min-replicas-to-write")["min-replicas-to-write"] == original
         result = sink.write(1, rows)
-        assert (result.applied, result.stale, result.rejected) == (3, 0, [])
+        assert (result.applied, result.older, result.rejected) == (3, 0, [])
 
 
 def test_the_follower_dead_letters_nothing_when_redis_refuses_the_script_a_command(admin: redis.Redis) -> None:
