@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.common import ENV, cleanup, one_table_config, say
 
-KINDS = {"search": "elasticsearch", "cache": "redis"}
+SINK_KINDS = {"search": "elasticsearch", "cache": "redis"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     followers = [
         {
             "name": f"{sink}_{origin}",
-            "kind": KINDS[sink],
+            "kind": SINK_KINDS[sink],
             "url": _url(sink),
             "prefix": f"{tag}{origin}-" if sink == "search" else f"{tag}{origin}",
             "dead_letter_topic": f"dlq.{tag}.{sink}_{origin}",

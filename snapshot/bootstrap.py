@@ -44,7 +44,7 @@ from cdcsync.sync.follower import BatchCounts, Follower, Record
 from cdcsync.sync.position import start_file
 from cdcsync.sync.sink import Sink
 
-CHUNK = 5000
+BATCH_ROWS = 5000  # records per follower.process call of a bootstrap (the sink writes them in its own chunks)
 Offsets = dict[TopicPartition, int]
 Progress = Callable[[int, int, float], None]
 
@@ -112,6 +112,54 @@ def offsets_json(offsets: Offsets) -> dict[str, dict[str, int]]:
     return out
 
 
+def read_window(
+    reader: Consumer,
+    starts: Offsets,
+    ends: Offsets,
+    batch_rows: int | None = None,
+    timeout_s: float | None = None,
+) -> Iterator[list[Record]]:
+    """Every record of each partition in ``ends`` from ``starts`` (default 0) up to, not including, its end.
+
+    Yields them in lists of about ``batch_rows`` (default ``BATCH_ROWS``), in
+    offset order per partition; a record at or past its partition's end
+    belongs to the stream and is left out. Compaction can leave no record just
+    before an end, so a partition is done when the consumer's position reaches
+    the end, not when a record at ``end - 1`` arrives. Nothing is committed to
+    Kafka: the caller owns the position. ``timeout_s``: give up with
+    ``FatalError`` naming the partitions still pending.
+    """
+    size = batch_rows or BATCH_ROWS
+    pending = {tp: end for tp, end in ends.items() if end > starts.get(tp, 0)}
+    if not pending:
+        return
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    reader.assign([TopicPartition(tp.topic, tp.partition, starts.get(tp, 0)) for tp in pending])
+    batch: list[Record] = []
+    try:
+        while pending:
+            for msg in reader.consume(1000, timeout=1):
+                tp = TopicPartition(msg.topic(), msg.partition())
+                if msg.error() or tp not in pending or msg.offset() >= pending[tp]:
+                    continue
+                batch.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+            for position in reader.position([TopicPartition(tp.topic, tp.partition) for tp in pending]):
+                tp = TopicPartition(position.topic, position.partition)
+                if position.offset >= pending[tp]:
+                    del pending[tp]
+                    reader.incremental_unassign([tp])
+            if len(batch) >= size or (batch and not pending):
+                yield batch
+                batch = []
+            if deadline is not None and pending and time.monotonic() > deadline:
+                raise FatalError(
+                    f"reading the change log window timed out after {timeout_s:.0f}s; "
+                    f"still pending: {sorted(f'{tp.topic}[{tp.partition}]' for tp in pending)}"
+                )
+    finally:
+        reader.unassign()
+
+
 def replay(
     config: Config,
     follower: Follower,
@@ -120,44 +168,21 @@ def replay(
     summary: Summary,
     progress: Progress | None = None,
 ) -> None:
-    """Apply every record of each partition in ``ends``, from ``starts`` up to (not including) its end.
+    """Apply every record of each partition in ``ends`` from ``starts`` up to its end (``read_window``).
 
-    Records go through ``follower.process`` in chunks of CHUNK, in offset
-    order per partition; ``summary`` accumulates the counts. ``progress`` gets
-    (records done, records in range, seconds) after each chunk. Nothing is
-    committed to Kafka: the caller owns the position.
+    Records go through ``follower.process`` in batches of BATCH_ROWS;
+    ``summary`` accumulates the counts. ``progress`` gets (records done,
+    records in range, seconds) after each batch.
     """
     started, done = time.monotonic(), 0
-    pending = {tp: end for tp, end in ends.items() if end > starts.get(tp, 0)}
-    total = sum(end - starts.get(tp, 0) for tp, end in pending.items())
+    total = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
     reader = consumer(config, f"replay-{follower.name}")
     try:
-        reader.assign([TopicPartition(tp.topic, tp.partition, starts.get(tp, 0)) for tp in pending])
-        batch: list[Record] = []
-        while pending:
-            for msg in reader.consume(1000, timeout=1):
-                if msg.error():
-                    continue
-                tp = TopicPartition(msg.topic(), msg.partition())
-                end = pending.get(tp)
-                if end is None or msg.offset() >= end:
-                    continue  # past the captured end: that belongs to the stream
-                batch.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
-                if msg.offset() + 1 >= end:
-                    del pending[tp]
-                    reader.incremental_unassign([tp])
-            if pending:  # compaction can leave no record just before the end: ask where we are
-                for tp in reader.position([TopicPartition(t.topic, t.partition) for t in pending]):
-                    key = TopicPartition(tp.topic, tp.partition)
-                    if tp.offset >= pending[key]:
-                        del pending[key]
-                        reader.incremental_unassign([key])
-            if len(batch) >= CHUNK or (batch and not pending):
-                done += len(batch)
-                summary.add(follower.process(summary.batches, batch))
-                batch = []
-                if progress:
-                    progress(done, total, time.monotonic() - started)
+        for batch in read_window(reader, starts, ends):
+            done += len(batch)
+            summary.add(follower.process(summary.batches, batch))
+            if progress:
+                progress(done, total, time.monotonic() - started)
     finally:
         reader.close()
 

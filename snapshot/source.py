@@ -40,7 +40,15 @@ from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.errors import FatalError
 from cdcsync.events import Change, PoisonRecord, parse_record
-from cdcsync.snapshot.bootstrap import CHUNK, Summary, end_offsets, publish, record_start
+from cdcsync.snapshot.bootstrap import (
+    BATCH_ROWS,
+    Summary,
+    end_offsets,
+    publish,
+    read_window,
+    record_start,
+)
+from cdcsync.snapshot.bootstrap import consumer as kafka_consumer
 from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead, open_read, wait_passed
 from cdcsync.sync import rebuild
 from cdcsync.sync.follower import Follower, Record, snapshot_record
@@ -111,14 +119,7 @@ def fill_from_source(
     """
     summary, started = Summary(cfg.name), time.monotonic()
     connect = ConnectClient(config.connect.url)
-    consumer = Consumer(
-        {
-            **config.kafka.client_config(),
-            "group.id": f"cdcsync-bootstrap-{cfg.name}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-        }
-    )
+    consumer = kafka_consumer(config, f"bootstrap-{cfg.name}")
     tick = _Ticker(summary, started, progress)
     follower.sink.stage(list(follower.mappings.values()))  # readers see nothing until publish
     try:
@@ -172,8 +173,8 @@ def _bootstrap_source(
     finally:
         read.close()
     tick.total += len(window)
-    for start in range(0, len(window), CHUNK):
-        tick.add(follower.process(tick.next_batch(), window[start : start + CHUNK]))
+    for start in range(0, len(window), BATCH_ROWS):
+        tick.add(follower.process(tick.next_batch(), window[start : start + BATCH_ROWS]))
     for tp, (_low, high) in last.items():
         tick.summary.offsets.setdefault(tp.topic, {})[str(tp.partition)] = high
 
@@ -232,26 +233,8 @@ def _read_window(
 ) -> list[Record]:
     """Every record from E1 (less ``lookback``) up to E2, in offset order per partition."""
     starts = {tp: max(first[tp][0], first[tp][1] - lookback) for tp in last}
-    pending = {tp: end for tp, (_low, end) in last.items() if end > starts[tp]}
-    records: list[Record] = []
-    if not pending:
-        return records
-    consumer.assign([TopicPartition(tp.topic, tp.partition, starts[tp]) for tp in pending])
-    deadline = time.monotonic() + 300
-    while pending:
-        for msg in consumer.consume(1000, timeout=1):
-            tp = TopicPartition(msg.topic(), msg.partition())
-            if msg.error() or tp not in pending or msg.offset() >= pending[tp]:
-                continue
-            records.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
-        for position in consumer.position([TopicPartition(tp.topic, tp.partition) for tp in pending]):
-            tp = TopicPartition(position.topic, position.partition)
-            if position.offset >= pending[tp]:  # compaction may leave no record right before the end
-                del pending[tp]
-        if time.monotonic() > deadline:
-            raise FatalError(f"reading the change log window timed out; still pending: {sorted(map(str, pending))}")
-    consumer.unassign()
-    return records
+    ends = {tp: end for tp, (_low, end) in last.items()}
+    return [record for batch in read_window(consumer, starts, ends, timeout_s=300) for record in batch]
 
 
 def _copy_table(
@@ -264,7 +247,7 @@ def _copy_table(
     partitions: int,
     tick: _Ticker,
 ) -> None:
-    """Stream one table from its JDBC read to the sink, piece after piece, CHUNK rows per write.
+    """Stream one table from its JDBC read to the sink, piece after piece, BATCH_ROWS rows per write.
 
     The table is read in pieces (key ranges or key hashes), each one JDBC
     query handed to Python as Arrow (``toArrow``: no per-row pickling on
@@ -304,7 +287,7 @@ def _copy_table(
                     rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping), doc))
                 except PoisonRecord as err:
                     failed.append((snapshot_record(change, data), str(err)))
-                if len(rows) + len(failed) >= CHUNK:
+                if len(rows) + len(failed) >= BATCH_ROWS:
                     flush()
                     rows, failed = [], []
         if rows or failed:

@@ -136,7 +136,7 @@ def start_query(
         # SASL/SSL for Spark's Kafka consumer: its options prefixed kafka. (values never logged)
         .options(**{f"kafka.{k}": v for k, v in config.kafka.java_properties.items()})
     )
-    if cfg.kind in executors.KINDS:
+    if cfg.kind in executors.ORDER_FREE_KINDS:
         # Split each Kafka partition's slice of a batch so every core gets a task (see sync.executors).
         # Locally, one task per core, not per task slot: the master has more slots than cores (cdcsync.spark).
         context = spark.sparkContext

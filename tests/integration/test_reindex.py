@@ -150,7 +150,7 @@ def test_delta_reindex_publishes_one_new_table_version(spark: Any, tmp_path: Pat
 def test_bootstrap_killed_half_way_shows_readers_nothing_and_a_rerun_succeeds(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bootstrap, "CHUNK", 500)  # several chunks, so a kill can land between two
+    monkeypatch.setattr(bootstrap, "BATCH_ROWS", 500)  # several chunks, so a kill can land between two
 
     def killed(done: int, total: int, elapsed: float) -> None:
         raise KeyboardInterrupt("killed half-way")
