@@ -42,9 +42,10 @@ Generations: ``stage`` recreates ``<path>/<target>__staging`` (dropping an
 unpublished one), which this instance then writes and reads. ``publish``
 overwrites the live table with it in ONE commit (``overwriteSchema``: a
 reindex may change types): readers see the previous version until then, and
-a new follower's table first appears with it; then the staging path goes. A
-concurrent MERGE conflicts on one side, ``RetryableError``; publish again is
-idempotent. The history table is shared (insert-only: a rebuild adds nothing).
+a new follower's table first appears with it; then the staging path goes.
+cdcsync's writers of one table take turns (``delta_writers``: the daemon and
+a reindex both write the live table); a conflict with any other writer is a
+``RetryableError``, and publish again is idempotent. The history table is shared (insert-only: a rebuild adds nothing).
 
 Column types follow the mapping (renamed, filtered by ``include``): decimal
 DECIMAL(38,10) (a value needing more digits is rejected, never rounded), date
@@ -80,6 +81,7 @@ from pyspark.sql import types as T
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import fingerprint
 from cdcsync.sync.sink import Row, WriteResult
+from cdcsync.sync.sinks.delta_writers import one_writer
 
 if TYPE_CHECKING:
     from cdcsync.sync.mapping import TableMapping
@@ -208,7 +210,7 @@ class DeltaSink:
         """Replace each staged target's live table in one commit, then remove the staging table."""
         for target in sorted(self._staged):
             staged, live = self._tables[target], f"{self.path}/{target}"
-            with _spark_errors(f"publishing {staged.path} to {live}"):
+            with one_writer(live), _spark_errors(f"publishing {staged.path} to {live}"):
                 rows = self._spark.read.format("delta").load(staged.path)
                 rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
             self._tables[target] = _Table(live, staged.kinds, staged.history)
@@ -300,10 +302,11 @@ class DeltaSink:
     def _open_table(self, path: str, columns: dict[str, str | None], history: str | None = None) -> _Table:
         schema = T.StructType(META.fields + [T.StructField(n, _spark_type(k)) for n, k in columns.items()])
         table = _Table(path, {}, history or f"{path}__history")
-        with _spark_errors(f"opening {path}"):
+        with one_writer(path), _spark_errors(f"opening {path}"):
             DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema).execute()
             existing = DeltaTable.forPath(self._spark, path).toDF().schema
-            if self.history:
+        if self.history:
+            with one_writer(table.history), _spark_errors(f"opening {table.history}"):
                 DeltaTable.createIfNotExists(self._spark).location(table.history).addColumns(HISTORY).execute()
         for field in existing.fields:
             if field.name in META.fieldNames():
@@ -322,7 +325,7 @@ class DeltaSink:
         if not columns:
             return
         listed = ", ".join(f"{_quote(n)} {_spark_type(k).simpleString()}" for n, k in columns.items())
-        with _spark_errors(f"adding columns to {table.path}"):
+        with one_writer(table.path), _spark_errors(f"adding columns to {table.path}"):
             self._spark.sql(f"ALTER TABLE delta.{_quote(table.path)} ADD COLUMNS ({listed})")
         table.kinds.update(columns)
 
@@ -331,7 +334,7 @@ class DeltaSink:
         table.forgotten.clear()
         if not gone:
             return
-        with _spark_errors(f"dropping columns {gone} from {table.path}"):
+        with one_writer(table.path), _spark_errors(f"dropping columns {gone} from {table.path}"):
             rows = self._spark.read.format("delta").load(table.path).drop(*gone)
             rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(table.path)
         for name in gone:
@@ -339,6 +342,10 @@ class DeltaSink:
         log.info("sink=%s table=%s dropped_columns=%s", self.name, table.path, gone)
 
     def _write_target(self, table: _Table, rows: list[Row]) -> WriteResult:
+        with one_writer(table.path):  # delta_writers: a reindex and the daemon take turns on the live table
+            return self._write_locked(table, rows)
+
+    def _write_locked(self, table: _Table, rows: list[Row]) -> WriteResult:
         self._drop_columns(table)
         result = WriteResult()
         records: list[tuple[Row, dict[str, Any]]] = []
@@ -390,8 +397,9 @@ class DeltaSink:
         ]  # fmt: skip
         source = self._spark.createDataFrame(data, HISTORY)
         key = "t._cdcsync_id = s._cdcsync_id AND t._cdcsync_version = s._cdcsync_version"
-        target = DeltaTable.forPath(self._spark, table.history).alias("t")
-        target.merge(source.alias("s"), key).whenNotMatchedInsertAll().execute()
+        with one_writer(table.history):  # shared by the live and the staged table
+            target = DeltaTable.forPath(self._spark, table.history).alias("t")
+            target.merge(source.alias("s"), key).whenNotMatchedInsertAll().execute()
 
 
 @contextmanager

@@ -7,6 +7,7 @@ each test writes its own tables under its own ``tmp_path``.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
@@ -220,3 +221,35 @@ def test_reopen_adds_new_columns_and_refuses_a_changed_type(spark: Any, tmp_path
     changed = TableMapping(table="public.items", target="items", types={"n": "text"})
     with pytest.raises(FatalError, match="column n is bigint, the mapping wants string"):
         make_sink(spark, tmp_path, changed)
+
+
+def test_two_sinks_on_one_table_take_turns_instead_of_conflicting(spark: Any, tmp_path: Path) -> None:
+    """The daemon's sink and a reindex's second instance both write the live table (snapshot.reindex, steps 4-5).
+
+    Every MERGE reads the whole table, so two at once conflict in Delta's
+    optimistic commit; a reindex catching up while the daemon merges every
+    few seconds could lose every retry. Here two writers start each round at
+    the same moment: none may fail, and both rounds' rows and history land.
+    """
+    sinks = [make_sink(spark, tmp_path, history=True) for _ in range(2)]
+    start, errors = threading.Barrier(2), []
+
+    def writer(n: int) -> None:
+        for round_ in range(1, 4):
+            rows = [upsert(f"{n}-{i}", round_, {"n": i, "name": "x" * 2000}) for i in range(300)]
+            start.wait()
+            try:
+                assert sinks[n].write(round_, rows).applied == 300
+            except Exception as err:  # noqa: BLE001 - reported below, with the other writer's
+                errors.append(f"writer {n}, round {round_}: {err}"[:400])
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert {doc_id: version for doc_id, (version, _) in sinks[0].held("items").items()} == {
+        f"{n}-{i}": 3 for n in range(2) for i in range(300)
+    }
+    assert spark.read.format("delta").load(str(tmp_path / "lake/items__history")).count() == 2 * 300 * 3

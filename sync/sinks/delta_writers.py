@@ -1,0 +1,96 @@
+"""One cdcsync writer at a time per Delta table, across threads and processes.
+
+Every write cdcsync makes to a Delta table reads all of it (a MERGE on
+``_cdcsync_id``, an overwrite), so two at once conflict in Delta's optimistic
+commit: the later one fails (``ConcurrentAppendException``) and must run
+again. Two cdcsync writers meet on one table during a reindex: its catch-up
+and its switch write the live table while the daemon keeps merging into it
+(``snapshot.reindex``, steps 4 and 5), and the staged and live tables share
+one history table. A daemon that commits every few seconds can make a
+reindex MERGE that takes as long lose every retry; CI saw eight in a row.
+
+So they take turns: ``one_writer(path)`` holds an ``flock`` on
+``<dir>/.<table>.lock``, beside the table, for the write and its commit. The
+OS releases it when the holder exits, however it dies. A writer that waits
+long logs who holds the lock, and gives up after ``WAIT_S`` with a
+``RetryableError`` naming it (the follower retries the batch).
+
+Only tables on the local file system (a plain path or a ``file:`` URI) are
+locked: on object stores and HDFS there is no shared lock file to take, and
+a conflict stays what Delta makes it, a ``RetryableError`` the follower
+retries. Writers other than cdcsync (an ``OPTIMIZE`` run by hand) never take
+the lock either; the same retry covers them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse
+
+from cdcsync.errors import RetryableError
+
+log = logging.getLogger(__name__)
+
+WAIT_S = 900.0  # a publish copies the whole table; longer than that, something is stuck
+SAY_AFTER_S = 30.0
+_held = threading.local()  # paths this thread holds: a nested write of the same table must not wait on itself
+
+
+def lock_file(path: str) -> Path | None:
+    """``<dir>/.<table>.lock`` for a table on the local file system, else None."""
+    parsed = urlparse(path)
+    if parsed.scheme not in ("", "file"):
+        return None
+    table = Path(parsed.path if parsed.scheme else path)
+    return table.parent / f".{table.name}.lock"
+
+
+@contextmanager
+def one_writer(path: str, wait_s: float = WAIT_S) -> Iterator[None]:
+    """Hold the table's writer lock for the block (module docstring); re-entrant within one thread."""
+    lock = lock_file(path)
+    held: set[str] = _held.__dict__.setdefault("paths", set())
+    if lock is None or path in held:
+        yield
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _take(fd, lock, path, wait_s)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} ({threading.current_thread().name})".encode(), 0)
+        held.add(path)
+        try:
+            yield
+        finally:
+            held.discard(path)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _take(fd: int, lock: Path, path: str, wait_s: float) -> None:
+    started = time.monotonic()
+    said = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            waited = time.monotonic() - started
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another writer"
+            if waited >= wait_s:
+                raise RetryableError(
+                    f"{path}: {holder} has been writing the table for over {wait_s:g} s (lock {lock}); "
+                    "if that process is stuck, stop it"
+                ) from None
+            if waited >= SAY_AFTER_S and not said:
+                log.warning("table=%s waiting_for=%r lock=%s waited_s=%.0f", path, holder, lock, waited)
+                said = True
+            time.sleep(0.05)
