@@ -26,7 +26,7 @@ demo: up  ## stack up, sample database loaded, connectors applied; prints where 
 	@$(PY) deploy/local/demo.py
 
 test: up  ## unit + integration + chaos tests against the real stack (the long fault scenarios: make chaos)
-	@$(PY) -m pytest tests/unit tests/integration tests/chaos -m "not long" -p no:cacheprovider -ra --durations=15
+	@$(PY) -m pytest tests/unit tests/integration tests/chaos -m "not long" -p no:cacheprovider -ra --durations=30
 
 test-unit: install  ## unit tests only (no services)
 	@$(PY) -m pytest tests/unit -p no:cacheprovider -q
