@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cdcsync.connectors.apply import apply
@@ -25,6 +26,7 @@ from tests.integration.followers import drop_stores, follower_dicts
 from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
 
 
+@pytest.mark.long  # three minutes; `make test` covers bootstrap under writes in tests/integration/test_bootstrap*.py
 def test_a_new_follower_bootstraps_and_joins_a_running_system(tmp_path: Path) -> None:
     tag, table = f"t{uid()}", f"join_{uid()}"
     execute(

@@ -2,7 +2,9 @@
 
 Not a speed test: nothing here compares a rate with a number. It keeps the
 benchmark's own plumbing (capture, warm-up, catch-up, raw ceiling, live phase,
-cleanup) working, since `make bench` is not part of `make test`.
+cleanup) working, since `make bench` is not part of `make test`. A minute
+long, it runs with the other long tests in `make chaos`, keeping `make test`
+within its hour.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from elasticsearch import Elasticsearch
 
 from tests.support import ENV
@@ -19,6 +22,7 @@ from tests.support import ENV
 ROWS, LIVE = 3000, 500
 
 
+@pytest.mark.long
 def test_bench_runs_and_its_figures_add_up() -> None:
     es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
     before = set(es.indices.get(index="bench*", allow_no_indices=True))

@@ -103,7 +103,7 @@ def _update_then_delete(sc: Scenario, kind: str, tables: dict[str, str]) -> None
             assert sorted(int(doc["v"]) for _version, doc in sc.held(f, t).values()) == [11, 13], (f, t)
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+@pytest.mark.parametrize("kind", ["postgres", pytest.param("mariadb", marks=pytest.mark.long)])
 def test_source_bootstrap_ids_are_the_streamed_ids(spark: Any, tmp_path: Path, kind: str) -> None:
     """Rows come from the database read only (the topics never saw them), then the stream changes them."""
     tag = uid()
@@ -128,7 +128,7 @@ def test_source_bootstrap_ids_are_the_streamed_ids(spark: Any, tmp_path: Path, k
         _update_then_delete(sc, kind, tables)
 
 
-# `make test` runs Postgres; `make chaos` MariaDB too (its source-bootstrap twin above runs both in make test).
+# `make test` runs Postgres; `make chaos` MariaDB too, like the source-bootstrap twin above.
 @pytest.mark.parametrize("kind", ["postgres", pytest.param("mariadb", marks=pytest.mark.long)])
 def test_topic_bootstrap_and_stream_ids_are_the_source_ids(spark: Any, tmp_path: Path, kind: str) -> None:
     """Rows come from the topics (Debezium's initial snapshot); ``verify`` reads them from the database."""

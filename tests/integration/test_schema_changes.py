@@ -35,8 +35,10 @@ ADDED = {  # column -> (Postgres type, MariaDB type, Delta type, Elasticsearch f
 }
 
 
-# The rebuild scenarios run three reindexes each: `make test` plays them on Postgres, `make chaos` on both.
-BOTH_MARIADB_LONG = ["postgres", pytest.param("mariadb", marks=pytest.mark.long)]
+# `make test` plays these on Postgres, `make chaos` on both (`make test` stays within its hour on CI's
+# machines, ~1.3x slower than ours); the MariaDB DDL path still runs in `make test` through the
+# added columns and the decimal range query, left on both.
+MARIADB_LONG = ["postgres", pytest.param("mariadb", marks=pytest.mark.long)]
 
 
 def table_of(kind: str, t: str, columns: str, values: str, rows: int = ROWS) -> dict[str, list[str]]:
@@ -160,7 +162,7 @@ def test_a_range_query_on_a_decimal_in_elasticsearch_returns_the_rows_sql_return
         assert mapping["type"] == "double" and mapping["fields"]["exact"]["type"] == "keyword", mapping
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+@pytest.mark.parametrize("kind", MARIADB_LONG)
 def test_a_dropped_column_leaves_every_row_of_every_sink_online(spark: Any, tmp_path: Path, kind: str) -> None:
     """DROP COLUMN, then changes to a few rows only: the field must go from the rows nobody touched too."""
     t = f"drop_{kind[:2]}_{uid()}"
@@ -187,7 +189,7 @@ def test_a_dropped_column_leaves_every_row_of_every_sink_online(spark: Any, tmp_
         sc.assert_converged()
 
 
-@pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
+@pytest.mark.parametrize("kind", MARIADB_LONG)
 def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_converges(
     spark: Any, tmp_path: Path, kind: str
 ) -> None:
@@ -230,7 +232,7 @@ def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_conver
         sc.assert_converged()
 
 
-@pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
+@pytest.mark.parametrize("kind", MARIADB_LONG)
 def test_a_rename_and_a_drop_while_the_followers_are_stopped_are_noticed_when_they_start(
     spark: Any, tmp_path: Path, kind: str
 ) -> None:
@@ -262,7 +264,7 @@ def test_a_rename_and_a_drop_while_the_followers_are_stopped_are_noticed_when_th
         assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)  # not marked again
 
 
-@pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
+@pytest.mark.parametrize("kind", MARIADB_LONG)
 def test_widening_int_to_bigint_and_varchar_to_text_needs_nothing(spark: Any, tmp_path: Path, kind: str) -> None:
     """The sinks' types are the wide ones already (BIGINT, string, long, text): values past the old bounds fit."""
     t = f"wide_{kind[:2]}_{uid()}"
@@ -283,7 +285,7 @@ def test_widening_int_to_bigint_and_varchar_to_text_needs_nothing(spark: Any, tm
         assert held["3"][1]["v"] == "9000000003" and len(held["3"][1]["s"]) == 5000, held["3"]
 
 
-@pytest.mark.parametrize("kind", BOTH_MARIADB_LONG)
+@pytest.mark.parametrize("kind", MARIADB_LONG)
 def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
     spark: Any, tmp_path: Path, kind: str
 ) -> None:
@@ -321,7 +323,7 @@ def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
         assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+@pytest.mark.parametrize("kind", MARIADB_LONG)
 def test_a_table_added_to_a_running_deployment_is_bootstrapped_alone(spark: Any, tmp_path: Path, kind: str) -> None:
     """A table with rows already in it is added to ``cdcsync.yaml``: ``connectors apply`` has capture snapshot it
     (incrementally, while it streams), a restarted follower reads its new topic from the start while its other
