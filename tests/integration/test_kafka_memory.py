@@ -27,7 +27,7 @@ from cdcsync.sync.stream import build_follower, start_query
 from tests.integration.followers import scenario
 from tests.support import uid
 
-ROWS, ROW_KB = 1200, 8
+ROWS, ROW_KB = 600, 8
 
 
 @pytest.fixture(scope="module")
