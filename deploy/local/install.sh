@@ -31,6 +31,7 @@ command -v unzip >/dev/null || missing+=(unzip)
 command -v mvn >/dev/null || missing+=(maven)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v promtool >/dev/null || missing+=(prometheus)
+command -v jcmd >/dev/null || missing+=(openjdk-17-jdk-headless)  # tests count the driver JVM's live objects with it
 if ((${#missing[@]})); then
   step "apt-get install ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then
