@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, TopicPartition
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync import rebuild
-from cdcsync.sync.follower import BatchCounts, Follower, Record, release_java_objects
+from cdcsync.sync.follower import BatchCounts, Follower, Record
 from cdcsync.sync.position import start_file
 from cdcsync.sync.sink import Sink
 
@@ -181,7 +181,6 @@ def replay(
         for batch in read_window(reader, starts, ends):
             done += len(batch)
             summary.add(follower.process(summary.batches, batch))
-            release_java_objects()  # the batch's MERGE source, for a Delta follower
             if progress:
                 progress(done, total, time.monotonic() - started)
     finally:

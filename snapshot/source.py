@@ -51,7 +51,7 @@ from cdcsync.snapshot.bootstrap import (
 from cdcsync.snapshot.bootstrap import consumer as kafka_consumer
 from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead, open_read, wait_passed
 from cdcsync.sync import rebuild
-from cdcsync.sync.follower import Follower, Record, release_java_objects, snapshot_record
+from cdcsync.sync.follower import Follower, Record, snapshot_record
 from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id
 from cdcsync.sync.sink import Row
 
@@ -175,7 +175,6 @@ def _bootstrap_source(
     tick.total += len(window)
     for start in range(0, len(window), BATCH_ROWS):
         tick.add(follower.process(tick.next_batch(), window[start : start + BATCH_ROWS]))
-        release_java_objects()  # the batch's MERGE source, for a Delta follower
     for tp, (_low, high) in last.items():
         tick.summary.offsets.setdefault(tp.topic, {})[str(tp.partition)] = high
 

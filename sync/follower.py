@@ -66,23 +66,6 @@ def tune_gc() -> None:
         _gc_tuned = True
 
 
-def release_java_objects() -> None:
-    """Free the JVM objects a batch left pinned; driver-side loops call it after each batch.
-
-    Those loops: the streaming batch function, bootstrap, replay.
-    Each Py4J proxy a method was called on is in a reference cycle (it caches
-    its bound methods, which point back at it), so only the cyclic collector
-    frees it, and until then the JVM object stays pinned in Py4J's gateway.
-    A Delta batch pins its MERGE source that way: a ``createDataFrame`` RDD of
-    the batch's pickled rows, 16 MB of 60 KB rows. With the collector slowed
-    down for throughput (``tune_gc``) and the few objects a Delta batch
-    allocates, a collection came only every few hundred batches, and the
-    pinned RDDs filled the driver's heap (docs/daemon.md, "Memory"). One
-    collection per batch costs milliseconds next to a MERGE's seconds.
-    """
-    gc.collect()
-
-
 class Record(NamedTuple):
     topic: str
     partition: int

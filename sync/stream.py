@@ -31,15 +31,7 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
 from cdcsync.sync import batching, executors, rebuild
 from cdcsync.sync.catalog import learner, mappings_for
-from cdcsync.sync.follower import (
-    DeadLetters,
-    Follower,
-    Record,
-    arrow_records,
-    ensure_dead_letter_topic,
-    release_java_objects,
-    tune_gc,
-)
+from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, ensure_dead_letter_topic, tune_gc
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.position import base_dir, check_position, checkpoint_dir, resume_position, start_file
 from cdcsync.sync.sinks import build_sink
@@ -157,7 +149,6 @@ def start_query(
 
         def batch(df: DataFrame, batch_id: int) -> None:
             follower.process(batch_id, records_of(df))
-            release_java_objects()
 
     writer = (
         source.load()
