@@ -125,6 +125,9 @@ HISTORY = T.StructType(
 CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "ConcurrentDeleteReadException",
              "ConcurrentDeleteDeleteException", "ConcurrentTransactionException", "ConcurrentWriteException",
              "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT")  # fmt: skip
+# A read planned on a table that a reindex's publish (one overwrite, maybe retyping columns) replaced before
+# the plan ran: Delta refuses it and asks for a new plan, which reads the new version.
+REPLACED, REPLANS = "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS", 3
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WIDE = Context(prec=80)
 DEC_STEP = Decimal("1e-10")
@@ -276,16 +279,27 @@ class DeltaSink:
 
         Read one partition at a time (``toLocalIterator``): a ``collect`` of a
         table of wide rows held all of it in the driver's heap at once, and
-        ``verify`` of a warehouse of 60 KB rows ran out of it.
+        ``verify`` of a warehouse of 60 KB rows ran out of it. A read that a
+        reindex's publish overtook is planned again on the new version.
         """
-        table = self._table(target)
+        table, attempt = self._table(target), 0
+        with _spark_errors(f"reading {table.path}"):
+            while True:
+                attempt += 1
+                try:
+                    return self._read_live(target, table)
+                except Exception as err:
+                    if REPLACED not in str(err) or attempt == REPLANS:
+                        raise
+                    log.info("sink=%s table=%s replaced_while_read=true attempt=%d: planned again",
+                             self.name, table.path, attempt)  # fmt: skip
+
+    def _read_live(self, target: str, table: _Table) -> dict[str, tuple[int, dict[str, Any]]]:
         columns = [_read(name, kind) for name, kind in table.kinds.items()]
         out: dict[str, tuple[int, dict[str, Any]]] = {}
-        with _spark_errors(f"reading {table.path}"):
-            rows = self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).toLocalIterator()
-            for row in rows:
-                doc = {name: _decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
-                out[row[0]] = (row[1], self.stored_form(doc))
+        for row in self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).toLocalIterator():
+            doc = {name: _decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
+            out[row[0]] = (row[1], self.stored_form(doc))
         return out
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:

@@ -253,3 +253,35 @@ def test_two_sinks_on_one_table_take_turns_instead_of_conflicting(spark: Any, tm
         f"{n}-{i}": 3 for n in range(2) for i in range(300)
     }
     assert spark.read.format("delta").load(str(tmp_path / "lake/items__history")).count() == 2 * 300 * 3
+
+
+def test_a_read_whose_table_a_reindex_replaced_meanwhile_is_read_again(spark: Any, tmp_path: Path) -> None:
+    """A reindex publishes (one overwrite, a column retyped) between ``held``'s plan and its run.
+
+    Delta refuses to run a read planned on the table's previous schema
+    (DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS): ``verify``, or anything that reads
+    the warehouse while a reindex of it finishes, failed on it (CI, session
+    12). The read is planned again on the new version and returns its rows.
+    """
+    sink = make_sink(spark, tmp_path)
+    sink.write(1, [upsert("a", 1, {"n": 1, "name": "x"}), upsert("b", 2, {"n": 2, "name": "y"})])
+    retyped = TableMapping(table="public.items", target="items", types={"n": "text", "name": "text"})
+    reindex = make_sink(spark, tmp_path / "other")
+    reindex.path = str(tmp_path / "lake")
+    reindex.stage([retyped])
+    reindex.write(1, [upsert("a", 5, {"n": "one", "name": "x"}), upsert("b", 6, {"n": "two", "name": "y"})])
+
+    planned, replaced = sink.live, []
+
+    def plan_then_publish(target: str) -> Any:
+        frame = planned(target)  # planned on the table as it is now (n: bigint)
+        if not replaced:
+            reindex.publish()  # ... and replaced before the plan runs
+            replaced.append(target)
+        return frame
+
+    sink.live = plan_then_publish  # type: ignore[method-assign]
+    held = sink.held("items")
+    assert replaced == ["items"]
+    assert {doc_id: version for doc_id, (version, _) in held.items()} == {"a": 5, "b": 6}
+    assert {doc["n"] for _, doc in held.values()} == {"one", "two"}
