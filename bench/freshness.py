@@ -30,6 +30,9 @@ bench prints the batches' median duration by Spark's phases
 ``commitOffsets``: the checkpoint's two writes) and the median time from one
 batch's start to the next.
 
+**CPU.** Per phase, the cores each part of the stack used (``bench.cpu``,
+from ``/proc``), the Spark JVM's split by thread: JIT compilers, tasks, GC.
+
 **Throughput.** Per phase: the rate written to Postgres, the rate that
 reached Kafka (capture), and each follower's ``cdcsync_changes_applied_total``
 rate. The burst phase gives the live throughput of the three followers
@@ -55,6 +58,7 @@ from typing import Any
 
 import yaml
 
+from bench import cpu
 from bench.common import ENV, cleanup, one_table_doc, say, start_daemon, stop_daemon, stop_on_sigterm, three_followers
 
 TARGET = "marks"
@@ -132,14 +136,18 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  caught up after {time.monotonic() - started:.0f}s; settling 20 s")
         time.sleep(20)
         for rate in (int(r) for r in args.rates.split(",") if r):
-            since = time.time()
+            since, cpu_before = time.time(), cpu.sample()
             phase = _steady(pg, table, rate, args.seconds, args.rows, marks, pollers, port=port, topic=topic)
+            phase["cpu_cores"] = cpu.cores(cpu_before, cpu.sample())
             phase["batches"] = batch_phases(log, since, time.time())
             for name, figures in phase["batches"].items():
                 say(f"  [{name}] batches {figures}")
+            say(f"  cpu (cores): {cpu.summary(phase['cpu_cores'])}")
             results["phases"].append(phase)
         if args.burst:
+            cpu_before = cpu.sample()
             results["burst"] = _burst(pg, table, args.burst, args.rows, marks, pollers, topic, config)
+            results["burst"]["cpu_cores"] = cpu.cores(cpu_before, cpu.sample())
     finally:
         for p in pollers:
             p.stop()
@@ -469,6 +477,7 @@ def _print(results: dict[str, Any]) -> None:
                 f" {phase[name]['applied_per_s']:>10,}"
             )
         print(f"        written {phase['written_per_s']:,}/s, in Kafka {phase['in_kafka_per_s']:,}/s")
+        print(f"        cpu (cores, the drain included): {cpu.summary(phase['cpu_cores'])}")
         batches = phase.get("batches") or {}
         if batches:
             print(f"        median batch (ms): {'follower':<10} {'rows':>6} {'every_s':>8} "
@@ -485,6 +494,7 @@ def _print(results: dict[str, Any]) -> None:
             f"{b['all_three_per_s']:,}/s (ratio {b['ratio_to_capture']}); search {b['search_per_s']:,}/s, "
             f"cache {b['cache_per_s']:,}/s, warehouse {b['warehouse_per_s']:,}/s"
         )
+        print(f"        cpu (cores): {cpu.summary(b['cpu_cores'])}")
 
 
 if __name__ == "__main__":

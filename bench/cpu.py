@@ -1,0 +1,92 @@
+"""CPU per part of the stack over a phase, read from ``/proc`` (Linux): who takes the machine's cores.
+
+``sample()`` reads each process's user + system time and names it by its
+command line (``PARTS``; the bench's own process is ``bench``); the Spark
+JVM's threads are also split by name (``THREADS``: the JIT compilers, the
+tasks, the garbage collector, the rest). ``cores(before, after)`` is the
+difference in cores: 1.0 is one core busy for the whole window.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+PROC = Path("/proc")
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# The first pattern a process's command line matches names it. The Spark JVM and the Python workers
+# it forks carry "pyspark" in their paths; the SparkSubmit and daemon markers are checked first.
+PARTS = (
+    ("spark jvm", re.compile(r"org\.apache\.spark\.deploy\.SparkSubmit")),
+    ("python workers", re.compile(r"pyspark[./]daemon|pyspark[./]worker")),
+    ("cdcsync driver", re.compile(r"-m cdcsync .*\brun\b")),
+    ("elasticsearch", re.compile(r"org\.elasticsearch")),
+    ("connect", re.compile(r"ConnectDistributed")),
+    ("kafka", re.compile(r"kafka\.Kafka\b")),
+    ("postgres", re.compile(r"^postgres|/postgres\b")),
+    ("mariadb", re.compile(r"mariadbd|mysqld")),
+    ("redis", re.compile(r"redis-server")),
+)
+THREADS = (
+    ("jit", re.compile(r"^C\d CompilerThre")),
+    ("tasks", re.compile(r"^Executor task")),
+    ("gc", re.compile(r"^(GC Thread|G1 )")),
+)
+Sample = dict[str, float]
+
+
+def part_of(cmdline: str, pid: int = 0) -> str:
+    """The part of the stack a process is, by its NUL-separated command line; ``other`` if none."""
+    if pid == os.getpid():
+        return "bench"
+    text = cmdline.replace("\0", " ").strip()
+    return next((name for name, pattern in PARTS if pattern.search(text)), "other")
+
+
+def thread_of(name: str) -> str:
+    return "spark jvm: " + next((part for part, pattern in THREADS if pattern.search(name)), "other")
+
+
+def _ticks(stat: str) -> tuple[str, int]:
+    """(comm, utime + stime) from a ``/proc/.../stat`` line (comm may hold spaces and parentheses)."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], int(fields[11]) + int(fields[12])
+
+
+def sample() -> Sample:
+    """Seconds of CPU so far per part, and per Spark JVM thread kind, with the time taken (``_at``)."""
+    out: Counter[str] = Counter()
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            part = part_of((entry / "cmdline").read_text(errors="replace"), int(entry.name))
+            out[part] += _ticks((entry / "stat").read_text())[1] / TICKS
+            if part == "spark jvm":
+                for task in (entry / "task").iterdir():
+                    comm, ticks = _ticks((task / "stat").read_text())
+                    out[thread_of(comm)] += ticks / TICKS
+        except (OSError, ValueError):  # the process or thread ended while it was read
+            continue
+    return {**out, "_at": time.monotonic()}
+
+
+def cores(before: Sample, after: Sample) -> dict[str, float]:
+    """Cores each part used between two samples, busiest first (a part that started in between counts whole)."""
+    window = after["_at"] - before["_at"]
+    used = {k: (v - before.get(k, 0.0)) / window for k, v in after.items() if k != "_at"}
+    return {k: round(v, 2) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v >= 0.005}
+
+
+def summary(used: dict[str, float]) -> str:
+    """``spark jvm 1.18 (jit 0.54, tasks 0.23, ...), python workers 0.25, ...``: one line for a report."""
+    threads = [f"{k.split(': ', 1)[1]} {v}" for k, v in used.items() if k.startswith("spark jvm: ")]
+    parts = []
+    for name, value in used.items():
+        if name.startswith("spark jvm: "):
+            continue
+        parts.append(f"{name} {value}" + (f" ({', '.join(threads)})" if name == "spark jvm" and threads else ""))
+    return ", ".join(parts)
