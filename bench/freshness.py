@@ -51,14 +51,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bench import cpu
+from bench import cpu, daemon_report
 from bench.common import ENV, cleanup, one_table_doc, say, start_daemon, stop_daemon, stop_on_sigterm, three_followers
 
 TARGET = "marks"
@@ -139,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             since, cpu_before = time.time(), cpu.sample()
             phase = _steady(pg, table, rate, args.seconds, args.rows, marks, pollers, port=port, topic=topic)
             phase["cpu_cores"] = cpu.cores(cpu_before, cpu.sample())
-            phase["batches"] = batch_phases(log, since, time.time())
+            phase["batches"] = daemon_report.batch_phases(log, since, time.time())
             for name, figures in phase["batches"].items():
                 say(f"  [{name}] batches {figures}")
             say(f"  cpu (cores): {cpu.summary(phase['cpu_cores'])}")
@@ -264,7 +263,7 @@ def _steady(
 ) -> dict[str, Any]:
     """Commit ``rate`` updates a second for ``seconds``, in ten statements a second, and a marker each second."""
     say(f"steady {rate:,} changes/s for {seconds:.0f}s ...")
-    before, kafka_before = _scrape(port), _topic_end(topic)
+    before, kafka_before = daemon_report.scrape(port), _topic_end(topic)
     first_mark, written, low = max(marks.at) + 1, 0, 1
     per_tick = max(1, rate // 10)
     started = time.monotonic()
@@ -281,7 +280,7 @@ def _steady(
     elapsed, kafka_at_end = time.monotonic() - started, _topic_end(topic)
     last_mark = max(marks.at)
     _wait_seen(pollers, last_mark, 120)
-    after = _scrape(port)
+    after = daemon_report.scrape(port)
     phase: dict[str, Any] = {
         "rate": rate,
         "written_per_s": round(written / elapsed),
@@ -291,12 +290,12 @@ def _steady(
     }
     for p in pollers:
         delays = sorted(d for n, d in p.delays.items() if first_mark <= n <= last_mark)
-        hist = _histogram_delta(before, after, p.name)
+        hist = daemon_report.histogram_delta(before, after, p.name)
         phase[p.name] = {
             "seen": {q: _quantile_sorted(delays, q) for q in ("p50", "p95", "p99")} | {"max": round(max(delays), 2)},
-            "histogram": {q: _bucket_quantile(hist, q) for q in ("p50", "p95", "p99")}
-            | {"within_1s": _within(hist, 1.0), "within_2s": _within(hist, 2.0)},
-            "applied_per_s": round(_counter_delta(before, after, p.name) / (time.monotonic() - started)),
+            "histogram": {q: daemon_report.bucket_quantile(hist, q) for q in ("p50", "p95", "p99")}
+            | {"within_1s": daemon_report.within(hist, 1.0), "within_2s": daemon_report.within(hist, 2.0)},
+            "applied_per_s": round(daemon_report.counter_delta(before, after, p.name) / (time.monotonic() - started)),
         }
         say(f"  [{p.name}] seen p50/p95/p99 {phase[p.name]['seen']}  histogram {phase[p.name]['histogram']}")
     return phase
@@ -340,48 +339,6 @@ def _burst(
     return out
 
 
-PROGRESS = "Streaming query made progress: "
-PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
-
-
-def batch_phases(log: Path, since: float, until: float) -> dict[str, dict[str, Any]]:
-    """Per follower, the median ms of each Spark phase of the batches that started in [since, until) and read rows.
-
-    ``every_s`` is the median time from one such batch's start to the next
-    (the trigger interval, or the batch's own length when that is longer).
-    """
-    from datetime import datetime
-
-    decoder, text = json.JSONDecoder(), log.read_text(errors="replace")
-    found: dict[str, list[dict[str, Any]]] = {}
-    at = text.find(PROGRESS)
-    while at >= 0:
-        try:
-            progress, end = decoder.raw_decode(text, at + len(PROGRESS))
-        except ValueError:
-            end = at + len(PROGRESS)
-        else:
-            started = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
-            if since <= started < until and progress.get("numInputRows"):
-                name = str(progress.get("name") or "").removeprefix("cdcsync-")
-                found.setdefault(name, []).append(progress | {"started": started})
-        at = text.find(PROGRESS, end)
-    out: dict[str, dict[str, Any]] = {}
-    for name, batches in sorted(found.items()):
-        starts = sorted(b["started"] for b in batches)
-        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
-        out[name] = {
-            "batches": len(batches),
-            "rows_p50": _median([b["numInputRows"] for b in batches]),
-            "every_s": round(_median(gaps), 2) if gaps else None,
-        } | {phase: _median([b["durationMs"].get(phase, 0) for b in batches]) for phase in PHASES}
-    return out
-
-
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def _wait_seen(pollers: list[Poller], mark: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while any(p.seen < mark for p in pollers):
@@ -399,56 +356,6 @@ def _topic_end(topic: str) -> int:
         return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
     finally:
         consumer.close()
-
-
-def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of the daemon's ``/metrics``, keyed by (name, sorted labels)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def _histogram_delta(before: dict[Any, float], after: dict[Any, float], follower: str) -> list[tuple[float, float]]:
-    """(upper bound, cumulative count) of the phase's latency observations for ``follower``."""
-    out = []
-    for (name, labels), value in after.items():
-        tags = dict(labels)
-        if name == "cdcsync_apply_latency_seconds_bucket" and tags.get("follower") == follower:
-            out.append((float(tags["le"]), value - before.get((name, labels), 0.0)))
-    return sorted(out)
-
-
-def _counter_delta(before: dict[Any, float], after: dict[Any, float], follower: str) -> float:
-    return sum(
-        value - before.get((name, labels), 0.0)
-        for (name, labels), value in after.items()
-        if name == "cdcsync_changes_applied_total" and dict(labels).get("follower") == follower
-    )
-
-
-def _bucket_quantile(buckets: list[tuple[float, float]], q: str) -> float | None:
-    """``histogram_quantile``: linear within the bucket that holds the quantile."""
-    total = buckets[-1][1] if buckets else 0
-    if not total:
-        return None
-    rank, lower, below = total * int(q[1:]) / 100, 0.0, 0.0
-    for upper, count in buckets:
-        if count >= rank:
-            if upper == float("inf"):
-                return lower
-            return round(lower + (upper - lower) * (rank - below) / max(count - below, 1e-9), 2)
-        lower, below = upper, count
-    return None
-
-
-def _within(buckets: list[tuple[float, float]], bound: float) -> float | None:
-    total = buckets[-1][1] if buckets else 0
-    return round(dict(buckets)[bound] / total, 3) if total else None
 
 
 def _quantile_sorted(values: list[float], q: str) -> float | None:
@@ -481,11 +388,11 @@ def _print(results: dict[str, Any]) -> None:
         batches = phase.get("batches") or {}
         if batches:
             print(f"        median batch (ms): {'follower':<10} {'rows':>6} {'every_s':>8} "
-                  + " ".join(f"{p:>14}" for p in PHASES))  # fmt: skip
+                  + " ".join(f"{p:>14}" for p in daemon_report.PHASES))  # fmt: skip
         for name, b in batches.items():
             print(
                 f"                           {name:<10} {b['rows_p50']:>6} {b['every_s']!s:>8} "
-                + " ".join(f"{b[p]:>14}" for p in PHASES)
+                + " ".join(f"{b[p]:>14}" for p in daemon_report.PHASES)
             )
     if "burst" in results:
         b = results["burst"]

@@ -1,4 +1,4 @@
-"""bench.freshness reads Spark's progress lines out of the daemon's log: the median of each phase per follower."""
+"""bench.daemon_report: the medians of Spark's progress lines per follower, and a phase's latency histogram."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.freshness import batch_phases
+from bench.daemon_report import batch_phases
 
 
 def progress(name: str, at: float, rows: int, add_batch: int) -> str:
@@ -36,3 +36,21 @@ def test_phases_are_per_follower_within_the_window_and_skip_empty_batches(tmp_pa
     assert found["search"]["every_s"] == 1.0
     assert found["search"]["latestOffset"] == 0  # a phase Spark did not report
     assert found["warehouse"]["every_s"] is None  # one batch: no interval
+
+
+def test_a_phase_histogram_is_the_difference_of_two_scrapes_read_as_histogram_quantile_does() -> None:
+    from bench.daemon_report import bucket_quantile, counter_delta, histogram_delta, within
+
+    def bucket(le: str, follower: str = "search") -> tuple[str, tuple[tuple[str, str], ...]]:
+        return ("cdcsync_apply_latency_seconds_bucket", (("follower", follower), ("le", le)))
+
+    before = {bucket("1.0"): 10.0, bucket("2.0"): 10.0, bucket("+Inf"): 10.0, bucket("1.0", "cache"): 5.0}
+    after = {bucket("1.0"): 60.0, bucket("2.0"): 110.0, bucket("+Inf"): 110.0, bucket("1.0", "cache"): 9.0}
+    applied = ("cdcsync_changes_applied_total", (("follower", "search"), ("op", "u")))
+    hist = histogram_delta(before, after, "search")
+    assert hist == [(1.0, 50.0), (2.0, 100.0), (float("inf"), 100.0)]
+    assert bucket_quantile(hist, "p50") == 1.0  # the 50th of 100 is the last of the first bucket
+    assert bucket_quantile(hist, "p99") == 1.98  # linear within 1-2 s: 49 of its 50
+    assert within(hist, 1.0) == 0.5 and within(hist, 2.0) == 1.0
+    assert bucket_quantile([], "p50") is None
+    assert counter_delta({applied: 5.0}, {applied: 905.0}, "search") == 900.0
