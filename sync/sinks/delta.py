@@ -28,7 +28,7 @@ Guarantees (``cdcsync.sync.sink``):
   error            taken as
   ===============  =========================================================
   value vs column  **rejected**: a value of another Python type than its
-                   column's (``_encode``), a decimal needing more than
+                   column's (``delta_values.encode``), a decimal needing more than
                    DECIMAL(38,10), an int beyond BIGINT, a datetime out of
                    range, a value ``json`` cannot encode (JSON and
                    undeclared columns)
@@ -47,31 +47,18 @@ cdcsync's writers of one table take turns (``delta_writers``: the daemon and
 a reindex both write the live table); a conflict with any other writer is a
 ``RetryableError``, and publish again is idempotent. The history table is shared (insert-only: a rebuild adds nothing).
 
-Column types follow the mapping (renamed, filtered by ``include``): decimal
-DECIMAL(38,10) (a value needing more digits is rejected, never rounded), date
-DATE, timestamp TIMESTAMP (UTC), bytes BINARY, bool BOOLEAN, int BIGINT, float
-DOUBLE, text/uuid STRING, time STRING (ISO). Other kinds (json, array) and
-undeclared columns are STRING holding the value's JSON text (lossless:
-``"abc"``, ``5``, ``[1, 2]``); an undeclared column is added to the table the
-first time a document carries it.
-
-Stored form (``held``, ``stored_form``): Decimal normalised (``12.50`` ->
-``12.5``), datetimes aware UTC, time ISO text, dict/list JSON text
-(``sort_keys``), the rest as is; ``None`` fields are left out (a column cannot
-tell a null from an absent field).
+Column types, and how a value goes into its column and comes back (``held``):
+``delta_values``.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from datetime import UTC, date, datetime, time, timedelta
-from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any
 
 from delta.tables import DeltaTable
@@ -82,6 +69,20 @@ from pyspark.sql import types as T
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import fingerprint
 from cdcsync.sync.sink import Row, WriteResult
+from cdcsync.sync.sinks.delta_values import (
+    BIGINT,
+    BOOLEAN,
+    STRING,
+    TIMESTAMP,
+    commit_ts,
+    decode,
+    encode,
+    kind_of,
+    quote,
+    read_column,
+    spark_type,
+    stored,
+)
 from cdcsync.sync.sinks.delta_writers import one_writer
 
 if TYPE_CHECKING:
@@ -89,20 +90,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STRING, BIGINT, BOOLEAN, TIMESTAMP = T.StringType(), T.LongType(), T.BooleanType(), T.TimestampType()
-# kind -> (column type, the canonical Python types it takes, their name in a rejection); other kinds: JSON text.
-SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
-    "decimal": (T.DecimalType(38, 10), (Decimal, int), "a decimal"),
-    "date": (T.DateType(), date, "a date"),
-    "timestamp": (TIMESTAMP, datetime, "a datetime"),
-    "time": (STRING, time, "a time"),
-    "bytes": (T.BinaryType(), (bytes, bytearray, memoryview), "bytes"),
-    "bool": (BOOLEAN, bool, "a bool"),
-    "int": (BIGINT, int, "an int"),
-    "float": (T.DoubleType(), (int, float), "a float"),
-    "text": (STRING, str, "text"),
-    "uuid": (STRING, str, "text"),
-}
 META = T.StructType(
     [
         T.StructField("_cdcsync_id", STRING, False),
@@ -128,9 +115,6 @@ CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "Co
 # A read planned on a table that a reindex's publish (one overwrite, maybe retyping columns) replaced before
 # the plan ran: Delta refuses it and asks for a new plan, which reads the new version.
 REPLACED, REPLANS = "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS", 3
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-WIDE = Context(prec=80)
-DEC_STEP = Decimal("1e-10")
 
 
 STAGING = "__staging"
@@ -295,16 +279,16 @@ class DeltaSink:
                              self.name, table.path, attempt)  # fmt: skip
 
     def _read_live(self, target: str, table: _Table) -> dict[str, tuple[int, dict[str, Any]]]:
-        columns = [_read(name, kind) for name, kind in table.kinds.items()]
+        columns = [read_column(name, kind) for name, kind in table.kinds.items()]
         out: dict[str, tuple[int, dict[str, Any]]] = {}
         for row in self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).toLocalIterator():
-            doc = {name: _decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
+            doc = {name: decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
             out[row[0]] = (row[1], self.stored_form(doc))
         return out
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as ``held`` returns it (see the module docstring)."""
-        return {field: _stored(value) for field, value in doc.items() if value is not None}
+        return {field: stored(value) for field, value in doc.items() if value is not None}
 
     def live(self, target: str) -> DataFrame:
         """The target's table without delete markers: what readers should query."""
@@ -322,7 +306,7 @@ class DeltaSink:
         return self._tables[target]
 
     def _open_table(self, path: str, columns: dict[str, str | None], history: str | None = None) -> _Table:
-        schema = T.StructType(META.fields + [T.StructField(n, _spark_type(k)) for n, k in columns.items()])
+        schema = T.StructType(META.fields + [T.StructField(n, spark_type(k)) for n, k in columns.items()])
         table = _Table(path, {}, history or f"{path}__history")
         with one_writer(path), _spark_errors(f"opening {path}"):
             DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema).execute()
@@ -333,22 +317,22 @@ class DeltaSink:
         for field in existing.fields:
             if field.name in META.fieldNames():
                 continue
-            if field.name in columns and field.dataType != _spark_type(columns[field.name]):
+            if field.name in columns and field.dataType != spark_type(columns[field.name]):
                 raise FatalError(
                     f"{path}: column {field.name} is {field.dataType.simpleString()}, the mapping wants "
-                    f"{_spark_type(columns[field.name]).simpleString()} (the source column changed type?); run "
+                    f"{spark_type(columns[field.name]).simpleString()} (the source column changed type?); run "
                     f"`cdcsync reindex {self.name} --table {path.rsplit('/', 1)[-1]} --from source`, or fix the mapping"
                 )
-            table.kinds[field.name] = columns.get(field.name, _kind_of(field.dataType))
+            table.kinds[field.name] = columns.get(field.name, kind_of(field.dataType))
         self._add_columns(table, {n: k for n, k in columns.items() if n not in table.kinds})
         return table
 
     def _add_columns(self, table: _Table, columns: dict[str, str | None]) -> None:
         if not columns:
             return
-        listed = ", ".join(f"{_quote(n)} {_spark_type(k).simpleString()}" for n, k in columns.items())
+        listed = ", ".join(f"{quote(n)} {spark_type(k).simpleString()}" for n, k in columns.items())
         with one_writer(table.path), _spark_errors(f"adding columns to {table.path}"):
-            self._spark.sql(f"ALTER TABLE delta.{_quote(table.path)} ADD COLUMNS ({listed})")
+            self._spark.sql(f"ALTER TABLE delta.{quote(table.path)} ADD COLUMNS ({listed})")
         table.kinds.update(columns)
 
     def _drop_columns(self, table: _Table) -> None:
@@ -374,9 +358,7 @@ class DeltaSink:
         new: dict[str, str | None] = {}
         for row in rows:
             try:
-                values = {
-                    n: _encode(table.kinds.get(n, table.learned.get(n)), v, n) for n, v in (row.doc or {}).items()
-                }
+                values = {n: encode(table.kinds.get(n, table.learned.get(n)), v, n) for n, v in (row.doc or {}).items()}
             except (ValueError, TypeError, ArithmeticError) as err:
                 result.rejected.append((row, str(err)))
                 continue
@@ -386,12 +368,12 @@ class DeltaSink:
             return result
         self._add_columns(table, new)
         names = list(table.kinds)
-        schema = T.StructType(META.fields + [T.StructField(n, _spark_type(table.kinds[n])) for n in names])
+        schema = T.StructType(META.fields + [T.StructField(n, spark_type(table.kinds[n])) for n in names])
         data = [
-            (row.doc_id, row.version, row.doc is None, _commit_ts(row), *(values.get(n) for n in names))
+            (row.doc_id, row.version, row.doc is None, commit_ts(row), *(values.get(n) for n in names))
             for row, values in records
         ]
-        every: dict[str, str | Column] = {_quote(n): f"s.{_quote(n)}" for n in schema.fieldNames()}
+        every: dict[str, str | Column] = {quote(n): f"s.{quote(n)}" for n in schema.fieldNames()}
         guard = "s._cdcsync_version > t._cdcsync_version"
         with _spark_errors(f"merging into {table.path}"):
             source = self._spark.createDataFrame(data, schema)
@@ -413,7 +395,7 @@ class DeltaSink:
 
     def _append_history(self, table: _Table, records: list[tuple[Row, dict[str, Any]]]) -> None:
         data = [
-            (row.doc_id, row.change.op, row.version, _commit_ts(row), row.doc is None,
+            (row.doc_id, row.change.op, row.version, commit_ts(row), row.doc is None,
              None if row.doc is None else fingerprint(row.doc))
             for row, _ in records
         ]  # fmt: skip
@@ -436,86 +418,3 @@ def _spark_errors(what: str) -> Iterator[None]:
         if any(marker in text for marker in CONFLICTS):
             raise RetryableError(f"{what}: Delta commit conflict, retry the batch: {text[:300]}") from err
         raise FatalError(f"{what} failed: {text[:1000]}") from err
-
-
-def _spark_type(kind: str | None) -> T.DataType:
-    return SPARK_TYPES[kind][0] if kind in SPARK_TYPES else STRING
-
-
-def _kind_of(data_type: T.DataType) -> str | None:
-    """The kind of a table column the mapping does not declare (STRING: JSON text)."""
-    return next((k for k, (t, _, _) in SPARK_TYPES.items() if t == data_type != STRING), None)
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _read(name: str, kind: str | None) -> Column:
-    """A column as ``held`` reads it: timestamps as epoch micros (``collect`` would make them local time)."""
-    column = F.col(_quote(name))
-    return F.unix_micros(column).alias(name) if kind == "timestamp" else column
-
-
-def _commit_ts(row: Row) -> datetime | None:
-    ms = row.change.commit_ts_ms
-    return None if ms is None else EPOCH + timedelta(milliseconds=ms)
-
-
-def _utc(value: datetime) -> datetime:
-    return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
-
-
-def _encode(kind: str | None, value: Any, name: str) -> Any:
-    """A canonical value -> the value put in the column; ValueError/TypeError if it does not fit."""
-    if value is None:
-        return None
-    if kind not in SPARK_TYPES:
-        return json.dumps(value, sort_keys=True)
-    _, accepted, what = SPARK_TYPES[kind]
-    fits = isinstance(value, accepted) and isinstance(value, bool) == (kind == "bool")
-    if not fits or (kind == "date" and isinstance(value, datetime)):
-        raise TypeError(f"column {name}: {type(value).__name__} {value!r:.80} is not {what}")
-    if kind == "decimal":  # at most 28 digits before the point and 10 after it
-        exact = Decimal(value)
-        if not exact.is_finite() or exact.adjusted() > 27 or exact.quantize(DEC_STEP, context=WIDE) != exact:
-            raise ValueError(f"column {name}: {value} does not fit DECIMAL(38,10)")
-        return exact
-    if kind == "int" and not -(2**63) <= value < 2**63:
-        raise ValueError(f"column {name}: {value} does not fit BIGINT")
-    converters: dict[str, Any] = {"timestamp": _utc, "time": time.isoformat, "bytes": bytes, "float": float}
-    return converters.get(kind, lambda v: v)(value)
-
-
-def _decode(kind: str | None, value: Any) -> Any:
-    """A column value as read (timestamps as epoch micros) -> the canonical value."""
-    if value is None:
-        return None
-    if kind == "timestamp":
-        return EPOCH + timedelta(microseconds=value)
-    if kind == "time":
-        return time.fromisoformat(value)
-    if kind in SPARK_TYPES:
-        return bytes(value) if isinstance(value, bytearray) else value
-    try:
-        return json.loads(value)
-    except ValueError:  # a column the mapping no longer types (dropped from the source): its value as stored
-        return value
-
-
-def _stored(value: Any) -> Any:
-    if isinstance(value, Decimal) and value.is_zero():
-        return Decimal(0)
-    if isinstance(value, Decimal) and value.is_finite():
-        # One representative per value, never in exponent form: 12.50 -> 12.5, 1E+2 -> 100, -0 -> 0.
-        normal = value.normalize(WIDE)
-        return normal.quantize(Decimal(1), context=WIDE) if normal == normal.to_integral_value() else normal
-    if isinstance(value, datetime):
-        return _utc(value)
-    if isinstance(value, time):
-        return value.isoformat()
-    if isinstance(value, dict | list | tuple):
-        return json.dumps(value, sort_keys=True)
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    return value
