@@ -67,8 +67,8 @@ in the same atomic call as the write. Everything the follower wrote before
 the journal existed came from offsets the staged generation is built past,
 so for an id not in the journal the staged state is the newer one, whatever
 the versions say. ``publish`` then makes each live target the staged
-generation plus the follower's writes since the stage, in two passes of one
-script call per key, pipelined in chunks:
+generation plus the follower's writes since the stage, in two passes of script
+calls of many keys each, pipelined in chunks:
 
 1. **purge**: a live row or live marker whose id has neither a staged row
    nor a staged marker and is not in the journal is removed: an orphan (its
@@ -282,15 +282,18 @@ class RedisSink:
         self._space, self._staged = live, []
 
     def _publish_calls(self, sha: str, target: str, kind: str, found: list[tuple[str, str]]) -> None:
-        """Run the purge or promote script once per (key, id): KEYS as the scripts' comments say."""
+        """Run the purge or promote script on (key, id) pairs, ROWS_PER_CALL a call: KEYS as the scripts' comments say."""
         staged, live = self._space, self.prefix
         journal = self.journal_key(target, live)
-        if sha == PURGE_SHA:  # a live key, checked against the staged generation
-            others = [self.marker_key(target, staged), journal]
-            calls = [([key, self.row_key(target, i, staged), *others], [i, kind]) for key, i in found]
-        else:  # a staged key, moved over the live one
-            others = [self.marker_key(target, live), journal]
-            calls = [([key, self.row_key(target, i, live), *others], [i, kind]) for key, i in found]
+        if sha == PURGE_SHA:  # live keys, checked against the staged generation
+            shared, space = self.marker_key(target, staged), staged
+        else:  # staged keys, moved over the live ones
+            shared, space = self.marker_key(target, live), live
+        calls = []
+        for start in range(0, len(found), ROWS_PER_CALL):
+            part = found[start : start + ROWS_PER_CALL]
+            keys = [shared, journal, *(k for key, i in part for k in (key, self.row_key(target, i, space)))]
+            calls.append((keys, [kind, *(i for _, i in part)]))
         for reply in self._evalsha_all(sha, calls):
             if isinstance(reply, RedisError):
                 raise self._mapped(reply, "publish")

@@ -92,56 +92,71 @@ end
 return replies
 """
 )
-# Publish, first pass: drop one live row or live marker the rebuilt generation knows nothing about.
-# KEYS: live row key or live marker hash, staged row key, staged marker hash, journal. ARGV: doc id,
-# 'row' | 'marker'. The id stays when the staged generation has a row or a marker for it (the second
-# pass replaces it) or when the running follower wrote it since the stage began (journal). Returns 1
-# when it dropped something, else 0.
+# Publish, first pass: drop the live rows or live markers the rebuilt generation knows nothing about,
+# many ids per call (a call per id spent most of a publish on per-call costs). KEYS[1]: the staged
+# marker hash; KEYS[2]: the journal; then per id: the live row key (or the live marker hash) and the
+# staged row key. ARGV[1]: 'row' | 'marker'; then the ids, in KEYS order. An id stays when the staged
+# generation has a row or a marker for it (the second pass replaces it) or when the running follower
+# wrote it since the stage began (journal). Returns how many it dropped.
 PURGE = """
-local id = ARGV[1]
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('HEXISTS', KEYS[3], id) == 1
-   or redis.call('SISMEMBER', KEYS[4], id) == 1 then
-  return 0
+local dropped = 0
+for i = 2, #ARGV do
+  local id, live, staged = ARGV[i], KEYS[2 * i - 1], KEYS[2 * i]
+  if redis.call('EXISTS', staged) == 0 and redis.call('HEXISTS', KEYS[1], id) == 0
+     and redis.call('SISMEMBER', KEYS[2], id) == 0 then
+    if ARGV[1] == 'row' then dropped = dropped + redis.call('DEL', live)
+    else dropped = dropped + redis.call('HDEL', live, id) end
+  end
 end
-if ARGV[2] == 'row' then return redis.call('DEL', KEYS[1]) end
-return redis.call('HDEL', KEYS[1], id)
+return dropped
 """
-# Publish, second pass: one staged key. KEYS: staged row key or staged marker hash, live row key, live
-# marker hash, journal. ARGV: doc id, 'row' | 'marker'. The staged state replaces the live one, unless
-# the running follower wrote the key since the stage began (its id is in the journal) with a newer
-# version than the staged one; on a tie the staged state wins (it carries the reindex's mapping). A
-# live key the follower did not write since the stage began reflects an earlier offset than the staged
-# generation, so it is replaced whatever its version says: that is what resets a stale marker.
-# Returns 1 when the staged state replaced the live one, else 0.
+# Publish, second pass: staged keys over live ones, many ids per call. KEYS[1]: the live marker hash;
+# KEYS[2]: the journal; then per id: the staged row key (or the staged marker hash) and the live row
+# key. ARGV[1]: 'row' | 'marker'; then the ids, in KEYS order. The staged state replaces the live one,
+# unless the running follower wrote the key since the stage began (its id is in the journal) with a
+# newer version than the staged one; on a tie the staged state wins (it carries the reindex's mapping).
+# A live key the follower did not write since the stage began reflects an earlier offset than the
+# staged generation, so it is replaced whatever its version says: that is what resets a stale marker.
+# Returns how many staged states replaced the live one.
 PROMOTE = (
     NEWER
     + """
-local version
-if ARGV[2] == 'row' then version = redis.call('HGET', KEYS[1], '_v')
-else version = redis.call('HGET', KEYS[1], ARGV[1]) end
-if not version then return 0 end
-local wins = true
-if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
-  local row = redis.call('HGET', KEYS[2], '_v')
-  local marker = redis.call('HGET', KEYS[3], ARGV[1])
-  wins = (not row or not newer(row, version)) and (not marker or not newer(marker, version))
-end
-if ARGV[2] == 'row' then
-  if wins then
-    redis.call('RENAME', KEYS[1], KEYS[2])
-    redis.call('HDEL', KEYS[3], ARGV[1])
+local marker, journal, row = KEYS[1], KEYS[2], ARGV[1] == 'row'
+
+local function promote(id, staged, live)
+  local version
+  if row then version = redis.call('HGET', staged, '_v')
+  else version = redis.call('HGET', staged, id) end
+  if not version then return 0 end
+  local wins = true
+  if redis.call('SISMEMBER', journal, id) == 1 then
+    local held = redis.call('HGET', live, '_v')
+    local deleted = redis.call('HGET', marker, id)
+    wins = (not held or not newer(held, version)) and (not deleted or not newer(deleted, version))
+  end
+  if row then
+    if wins then
+      redis.call('RENAME', staged, live)
+      redis.call('HDEL', marker, id)
+    else
+      redis.call('DEL', staged)
+    end
   else
-    redis.call('DEL', KEYS[1])
+    if wins then
+      redis.call('DEL', live)
+      redis.call('HSET', marker, id, version)
+    end
+    redis.call('HDEL', staged, id)
   end
-else
-  if wins then
-    redis.call('DEL', KEYS[2])
-    redis.call('HSET', KEYS[3], ARGV[1], version)
-  end
-  redis.call('HDEL', KEYS[1], ARGV[1])
+  if wins then return 1 end
+  return 0
 end
-if wins then return 1 end
-return 0
+
+local promoted = 0
+for i = 2, #ARGV do
+  promoted = promoted + promote(ARGV[i], KEYS[2 * i - 1], KEYS[2 * i])
+end
+return promoted
 """
 )
 SCRIPTS = {

@@ -89,6 +89,27 @@ def test_publish_keeps_what_the_running_follower_wrote_since_the_stage(prefix: s
     reindex.close()
 
 
+def test_a_publish_of_thousands_of_keys_treats_each_like_the_few_above(prefix: str, client: redis.Redis) -> None:
+    """Each pass runs its script on many ids per call and many calls per round trip: every id still gets its rule."""
+    n = 2500  # several pipeline rounds of several script calls each, in both passes
+    live = sink_for(prefix)
+    live.write(1, [upsert("items", i, 10, name="old") for i in range(n)])  # every third one is an orphan
+    live.write(2, [delete("items", i, 5) for i in range(n, n + 300)])  # markers the rebuild does not have
+    reindex = RedisSink("redis-test", REDIS_URL, prefix=prefix)
+    reindex.stage(ITEMS)
+    reindex.write(3, [upsert("items", i, 20, name="rebuilt") for i in range(n) if i % 3])
+    reindex.write(4, [delete("items", i, 20) for i in range(n + 300, n + 600)])
+    live.write(5, [upsert("items", i, 30, name="since") for i in range(0, n, 7)])  # journaled, newer
+    reindex.publish()
+    expected = {str(i): (20, {"id": str(i), "name": "rebuilt"}) for i in range(n) if i % 3}
+    expected |= {str(i): (30, {"id": str(i), "name": "since"}) for i in range(0, n, 7)}
+    assert live.held("items") == expected
+    assert client.hgetall(live.marker_key("items")) == {str(i): "20" for i in range(n + 300, n + 600)}
+    assert not list(client.scan_iter(match=f"{prefix}~*"))
+    live.close()
+    reindex.close()
+
+
 def test_a_new_stage_drops_the_journal_and_generation_of_a_killed_one(prefix: str, client: redis.Redis) -> None:
     live = sink_for(prefix)
     killed = RedisSink("redis-test", REDIS_URL, prefix=prefix)
