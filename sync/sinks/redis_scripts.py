@@ -122,34 +122,52 @@ PROMOTE = (
     NEWER
     + """
 local marker, journal, row = KEYS[1], KEYS[2], ARGV[1] == 'row'
+-- Asked once per call: whether the follower wrote anything since the stage (the journal holds more
+-- than the member that opened it) and whether the live marker hash exists. A bootstrap's publish,
+-- with neither, costs one RENAME per row.
+local busy = redis.call('SCARD', journal) > 1
+local markers = redis.call('EXISTS', marker) == 1
+
+local function staged_version(id, staged)
+  if row then return redis.call('HGET', staged, '_v') end
+  return redis.call('HGET', staged, id)
+end
 
 local function promote(id, staged, live)
-  local version
-  if row then version = redis.call('HGET', staged, '_v')
-  else version = redis.call('HGET', staged, id) end
-  if not version then return 0 end
+  -- Not busy: the journal holds at most its opening member '', which a doc id '' matches.
+  local journaled = (busy or id == '') and redis.call('SISMEMBER', journal, id) == 1
   local wins = true
-  if redis.call('SISMEMBER', journal, id) == 1 then
-    local held = redis.call('HGET', live, '_v')
-    local deleted = redis.call('HGET', marker, id)
-    wins = (not held or not newer(held, version)) and (not deleted or not newer(deleted, version))
-  end
-  if row then
-    if wins then
-      redis.call('RENAME', staged, live)
-      redis.call('HDEL', marker, id)
-    else
-      redis.call('DEL', staged)
+  if journaled or not row then
+    local version = staged_version(id, staged)
+    if not version then return 0 end
+    if journaled then
+      local held = redis.call('HGET', live, '_v')
+      local deleted = markers and redis.call('HGET', marker, id)
+      wins = (not held or not newer(held, version)) and (not deleted or not newer(deleted, version))
     end
-  else
-    if wins then
-      redis.call('DEL', live)
-      redis.call('HSET', marker, id, version)
+    if not row then
+      if wins then
+        redis.call('DEL', live)
+        redis.call('HSET', marker, id, version)
+        markers = true
+      end
+      redis.call('HDEL', staged, id)
+      if wins then return 1 end
+      return 0
     end
-    redis.call('HDEL', staged, id)
   end
-  if wins then return 1 end
-  return 0
+  if not wins then
+    redis.call('DEL', staged)
+    return 0
+  end
+  -- A staged row already gone (moved by an earlier, killed publish) is not an error; anything else is.
+  local moved = redis.pcall('RENAME', staged, live)
+  if type(moved) == 'table' and moved.err then
+    if string.find(moved.err, 'no such key', 1, true) then return 0 end
+    error(moved)
+  end
+  if markers then redis.call('HDEL', marker, id) end
+  return 1
 end
 
 local promoted = 0
