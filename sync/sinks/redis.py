@@ -282,7 +282,7 @@ class RedisSink:
         self._space, self._staged = live, []
 
     def _publish_calls(self, sha: str, target: str, kind: str, found: list[tuple[str, str]]) -> None:
-        """Run the purge or promote script on (key, id) pairs, ROWS_PER_CALL a call: KEYS as the scripts' comments say."""
+        """Run the purge or promote script on (key, id) pairs, ROWS_PER_CALL a call (KEYS: the scripts' comments)."""
         staged, live = self._space, self.prefix
         journal = self.journal_key(target, live)
         if sha == PURGE_SHA:  # live keys, checked against the staged generation
