@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench import cpu
 from bench.common import ENV, cleanup, one_table_config, say
 
 SINK_KINDS = {"search": "elasticsearch", "cache": "redis"}
@@ -95,16 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_session("cdcsync-bench-bootstrap")
         for sink in sinks:
             say(f"[{sink}] ceiling: COPY out + raw writes in ...")
+            before = cpu.sample()
             ceiling_s = _ceiling(sink, pg, table, f"{tag}raw")
             entry: dict[str, Any] = {
                 "ceiling_rows_per_s": round(args.rows / ceiling_s),
                 "ceiling_s": round(ceiling_s, 1),
+                "ceiling_cpu_cores": cpu.cores(before, cpu.sample()),
             }
+            say(f"[{sink}] ceiling: {entry['ceiling_rows_per_s']:,} rows/s; cpu (cores): "
+                f"{cpu.summary(entry['ceiling_cpu_cores'])}")  # fmt: skip
             for origin in origins:
                 cfg = next(f for f in config.followers if f.name == f"{sink}_{origin}")
                 say(f"[{sink}] bootstrap --from {origin} ...")
                 follower = build_follower(config, cfg, spark, open_sink=False)
-                started = time.perf_counter()
+                started, before = time.perf_counter(), cpu.sample()
                 if origin == "source":
                     summary = bootstrap_from_source(config, cfg, follower, spark, checkpoint_dir(config, cfg),
                                                     base_dir(config), args.partitions, progress_bar)  # fmt: skip
@@ -119,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                     "rows_per_s": round(args.rows / seconds),
                     "seconds": round(seconds, 1),
                     "ratio": round(ceiling_s / seconds, 2),
+                    "cpu_cores": cpu.cores(before, cpu.sample()),
                 }
-                say(f"[{sink}] --from {origin}: {entry[origin]}")
+                done = entry[origin]
+                say(f"[{sink}] --from {origin}: {done['rows_per_s']:,} rows/s, {done['seconds']} s, "
+                    f"ratio {done['ratio']}; cpu (cores): {cpu.summary(done['cpu_cores'])}")  # fmt: skip
             results[sink] = entry
         spark.stop()
     finally:
