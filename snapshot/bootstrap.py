@@ -135,18 +135,23 @@ def read_window(
         return
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     reader.assign([TopicPartition(tp.topic, tp.partition, starts.get(tp, 0)) for tp in pending])
+    # The offsets still to read: consume() returns once it has that many, not after its whole timeout (a
+    # window of a few records cost a second). Compaction gaps make it an upper bound; then the timeout ends it.
+    left = {tp: end - starts.get(tp, 0) for tp, end in pending.items()}
     batch: list[Record] = []
     try:
         while pending:
-            for msg in reader.consume(1000, timeout=1):
+            for msg in reader.consume(max(1, min(1000, sum(left.values()))), timeout=1):
                 tp = TopicPartition(msg.topic(), msg.partition())
                 if msg.error() or tp not in pending or msg.offset() >= pending[tp]:
                     continue
+                left[tp] = pending[tp] - msg.offset() - 1
                 batch.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
             for position in reader.position([TopicPartition(tp.topic, tp.partition) for tp in pending]):
                 tp = TopicPartition(position.topic, position.partition)
                 if position.offset >= pending[tp]:
                     del pending[tp]
+                    left.pop(tp, None)
                     reader.incremental_unassign([tp])
             if len(batch) >= size or (batch and not pending):
                 yield batch
