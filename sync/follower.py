@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -270,7 +272,9 @@ class Follower:
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
         self.report = report  # log and count each batch here; False on executors, whose driver does it
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"cdcsync-{name}-writer")
+        self._writers = max(1, sink.writers)  # chunks in flight at once (``_apply``)
+        self._writer = ThreadPoolExecutor(self._writers, thread_name_prefix=f"cdcsync-{name}-writer")
+        self._retries = threading.Lock()  # counts.retries, changed by the writer threads
 
     def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
         started = time.monotonic()
@@ -385,21 +389,27 @@ class Follower:
         return self._finish(batch_id, counts, started)
 
     def _apply(self, batch_id: int, counts: BatchCounts, chunks: Iterator[Chunk], started: float) -> BatchCounts:
-        """Write chunk after chunk; the write of one overlaps with parsing and mapping the next.
+        """Write chunk after chunk; the writes of up to ``sink.writers`` chunks overlap with parsing the next.
 
-        One writer thread and at most one chunk in flight keep the chunks'
-        writes in log order. The sink's server does its work while this
-        thread parses (the client waits on the network, outside the GIL).
+        The sink's server does its work while this thread parses (the client
+        waits on the network, outside the GIL). A sink with one writer gets its
+        chunks in log order. With more, chunks of a batch may land in any order,
+        which only sinks whose apply rule does not depend on the order declare
+        (Elasticsearch, Redis: the newest version of a key wins whenever it lands;
+        a superseded change that lands after it counts as ``older``). Batches
+        never overlap: a batch returns once every chunk is written.
         """
-        in_flight: tuple[Future[WriteResult], Chunk] | None = None
+        in_flight: deque[tuple[Future[WriteResult], Chunk]] = deque()
         for chunk in chunks:
-            if in_flight is not None:
+            while len(in_flight) >= self._writers or (in_flight and in_flight[0][0].done()):
                 mark = time.monotonic()
-                self._settle(in_flight[0].result(), in_flight[1], counts)
+                future, done = in_flight.popleft()
+                self._settle(future.result(), done, counts)
                 counts.waited_s += time.monotonic() - mark
-            in_flight = (self._writer.submit(self._write, batch_id, chunk[0], counts), chunk)
-        if in_flight is not None:
-            self._settle(in_flight[0].result(), in_flight[1], counts)
+            in_flight.append((self._writer.submit(self._write, batch_id, chunk[0], counts), chunk))
+        while in_flight:
+            future, done = in_flight.popleft()
+            self._settle(future.result(), done, counts)
         return self._finish(batch_id, counts, started)
 
     def _finish(self, batch_id: int, counts: BatchCounts, started: float) -> BatchCounts:
@@ -458,7 +468,8 @@ class Follower:
                     raise RetryableError(
                         f"follower {self.name}: sink still failing after {attempt} attempts: {err}", err.retry_after
                     ) from err
-                counts.retries += 1  # only this writer thread changes it while the chunk is in flight
+                with self._retries:
+                    counts.retries += 1
                 if self.report:  # here, not at the end of a batch that may never end (the sink is down)
                     metrics.SINK_RETRIES.labels(self.name).inc()
                 delay = min(max(delay * 2, err.retry_after), 30)

@@ -61,8 +61,9 @@ member                     contract
 ``name``                   the follower's name, for logs and metrics
 ``chunk_rows``             records per ``write`` call: the follower parses the next chunk while
                            one is written (``None``: the whole batch in one call)
-``writers``                ``write`` calls a bootstrap may make at once, from as many threads
-                           (1: the sink's writes must not overlap)
+``writers``                ``write`` calls a follower (chunks of one batch) or a bootstrap may make
+                           at once, from as many threads: more than 1 only when the apply rule
+                           does not depend on the order of writes (1: they must not overlap)
 ``open(mappings)``         connect, create what is missing (index + alias, script, table)
 ``write(batch_id, rows)``  apply a batch of ``Row``; return a ``WriteResult``
 ``make_visible(targets)``  show readers what was written to ``targets`` now (once per batch)

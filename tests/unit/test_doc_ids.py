@@ -140,7 +140,7 @@ def test_a_key_value_invalid_for_its_type_is_poison(kind: str, value: str) -> No
 class Kept:
     """A sink that keeps what it is given; every row applies."""
 
-    name, chunk_rows = "kept", None
+    name, chunk_rows, writers = "kept", None, 1
 
     def __init__(self) -> None:
         self.rows: list[Row] = []

@@ -25,7 +25,7 @@ TOPIC = "src.public.t"
 
 
 class Sink:
-    name, chunk_rows = "memory", None
+    name, chunk_rows, writers = "memory", None, 1
 
     def __init__(self) -> None:
         self.learned: list[TableMapping] = []
