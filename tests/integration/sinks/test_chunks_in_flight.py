@@ -9,9 +9,7 @@ must add up.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -20,29 +18,18 @@ from cdcsync.sync.follower import DeadLetters, Follower, Record
 from cdcsync.sync.sink import Sink
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from cdcsync.sync.sinks.redis import RedisSink
-from tests.integration.sinks.test_sink_errors import ES_URL, KAFKA, MAPPING, REDIS_PORT, TOPIC, dead_letter_topic
+from tests.integration.sinks.test_sink_errors import (
+    ES_URL,
+    KAFKA,
+    MAPPING,
+    REDIS_PORT,
+    TOPIC,
+    change_record,
+    dead_letter_topic,
+)
 from tests.support import uid
 
 KEYS, GROUP, ROUNDS, CHUNK = 60, 4, 5, 7
-
-
-def change(offset: int, key: int, after: dict[str, Any] | None) -> Record:
-    """A Debezium Postgres update (or delete, ``after`` None) of row ``key``; later offsets are newer."""
-    envelope = {
-        "before": None if after else {"id": key},
-        "after": after,
-        "source": {
-            "connector": "postgresql",
-            "name": "test",
-            "schema": "public",
-            "table": "items",
-            "ts_ms": 1_709_207_130_000,
-            "sequence": f'["{1000 + offset}","{1100 + offset}"]',
-        },
-        "transaction": {"total_order": offset + 1},
-        "op": "u" if after else "d",
-    }
-    return Record(TOPIC, 0, offset, json.dumps({"id": key}).encode(), json.dumps(envelope).encode())
 
 
 def batch() -> tuple[list[Record], dict[str, str]]:
@@ -54,11 +41,11 @@ def batch() -> tuple[list[Record], dict[str, str]]:
     for first in range(0, KEYS, GROUP):
         for r in range(ROUNDS):
             for key in range(first, first + GROUP):
-                records.append(change(len(records), key, {"id": key, "name": f"round {r}"}))
+                records.append(change_record(len(records), key, {"id": key, "name": f"round {r}"}))
                 newest[str(key)] = f"round {r}"
             if r == ROUNDS - 1:
                 for key in range(first, first + GROUP, 4):
-                    records.append(change(len(records), key, None))
+                    records.append(change_record(len(records), key, None))
                     del newest[str(key)]
     return records, newest
 

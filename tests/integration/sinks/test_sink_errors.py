@@ -43,9 +43,14 @@ def upsert(doc_id: int, version: int, **fields: Any) -> Row:
 
 def record(offset: int, doc_id: int, name: str) -> Record:
     """A Debezium Postgres update, as the follower reads it from Kafka."""
+    return change_record(offset, doc_id, {"id": doc_id, "name": name})
+
+
+def change_record(offset: int, key: int, after: dict[str, Any] | None) -> Record:
+    """A Debezium Postgres update of row ``key`` (a delete when ``after`` is None); a later offset is newer."""
     envelope = {
-        "before": None,
-        "after": {"id": doc_id, "name": name},
+        "before": None if after else {"id": key},
+        "after": after,
         "source": {
             "connector": "postgresql",
             "name": "test",
@@ -55,9 +60,9 @@ def record(offset: int, doc_id: int, name: str) -> Record:
             "sequence": f'["{1000 + offset}","{1100 + offset}"]',
         },
         "transaction": {"total_order": offset + 1},
-        "op": "u",
+        "op": "u" if after else "d",
     }
-    return Record(TOPIC, 0, offset, json.dumps({"id": doc_id}).encode(), json.dumps(envelope).encode())
+    return Record(TOPIC, 0, offset, json.dumps({"id": key}).encode(), json.dumps(envelope).encode())
 
 
 def batch(n: int) -> list[Record]:
