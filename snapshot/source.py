@@ -26,12 +26,10 @@ The source keeps taking writes throughout; nothing is locked.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -41,6 +39,7 @@ from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.errors import FatalError
 from cdcsync.events import Change, PoisonRecord, parse_record
+from cdcsync.snapshot import jdbc
 from cdcsync.snapshot.bootstrap import (
     BATCH_ROWS,
     Summary,
@@ -59,16 +58,10 @@ from cdcsync.sync.sink import Row
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("cdcsync.bootstrap")
 
-# Read as text over JDBC and parsed like Debezium's values: exact decimals, no
-# time zone guesswork by the JVM or Python, and types Spark has no mapping for.
-TEXT_KINDS = {"decimal", "time", "timestamp", "json", "uuid", "text"}
-ROWS_PER_PIECE = 25_000  # rows per JDBC query: small enough to overlap reads with writes
-MAX_HASH_PIECES = 8  # a key without ranges is split on a hash, and each such query reads every row
 Progress = Callable[[int, int, float], None]
 
 
@@ -148,7 +141,7 @@ def _bootstrap_source(
     try:
         if on_read_open:
             on_read_open(source)
-        tick.total += sum(read.count(_qualified(source, p.table)) for p in plans)
+        tick.total += sum(read.count(jdbc.qualified(source, p.table)) for p in plans)
         row_version = 0
         if isinstance(read, PostgresRead):
             wait_passed(read, connect)
@@ -263,7 +256,7 @@ def _copy_table(
     rows: list[Row] = []
     failed: list[tuple[Record, str]] = []
     in_flight: list[Future[Any]] = []
-    pieces = _jdbc_pieces(spark, source, plan, read)
+    pieces = jdbc.pieces(spark, source, plan.table, plan.mapping, read)
     writers = follower.sink.writers
     with (
         ThreadPoolExecutor(max_workers=writers, thread_name_prefix="cdcsync-bootstrap-write") as writer,
@@ -301,95 +294,10 @@ def _copy_table(
 def _doc(data: dict[str, Any], plan: Plan) -> dict[str, Any]:
     types = plan.mapping.types
     parsed = {
-        c: convert(v, types.get(c)) if isinstance(v, str) and types.get(c) in TEXT_KINDS else v for c, v in data.items()
+        c: convert(v, types.get(c)) if isinstance(v, str) and types.get(c) in jdbc.TEXT_KINDS else v
+        for c, v in data.items()
     }
     return canonical_doc(parsed, plan.mapping)
-
-
-def _jdbc_pieces(
-    spark: SparkSession, source: SourceConfig, plan: Plan, read: SourceRead
-) -> list[Callable[[], pa.Table]]:
-    """Spark JDBC reads of one table inside the read's snapshot, one per piece of about ROWS_PER_PIECE rows.
-
-    A single integer key is split into ranges; any other key on a hash of its
-    columns. Each piece is its own query, so each joins the read's snapshot
-    through ``sessionInitStatement``. Each is returned unplanned, to be
-    planned and run on a reader thread: planning asks the database for the
-    table's schema, ~0.15 s a piece that the caller's thread would otherwise
-    spend before the first row.
-    """
-    qualified = _qualified(source, plan.table)
-    options = {
-        "driver": "org.postgresql.Driver" if source.kind == "postgres" else "org.mariadb.jdbc.Driver",
-        "user": source.user,
-        "password": source.password.get_secret_value(),
-        "sessionInitStatement": read.session_init(),
-        "fetchsize": "5000",
-    }
-    text_columns = [c for c, kind in plan.mapping.types.items() if kind in TEXT_KINDS]
-    if text_columns:
-        options["customSchema"] = ", ".join(f"`{c}` STRING" for c in text_columns)
-    table = qualified
-    if not isinstance(read, PostgresRead):
-        select = f"{_maria_columns(plan.mapping)}, {read.position_columns()}"
-        table = f"(SELECT {select} FROM {qualified} t) AS cdcsync_chunk"
-    pieces = max(1, math.ceil(read.count(qualified) / ROWS_PER_PIECE))
-    keys = plan.mapping.key_columns
-    if pieces == 1:
-        predicates = ["1 = 1"]
-    elif len(keys) == 1 and plan.mapping.types.get(keys[0]) == "int":
-        predicates = _range_predicates(source, keys[0], read.key_bounds(qualified, keys[0]), pieces)
-    else:  # every hash piece scans the whole table: few of them, larger
-        predicates = _hash_predicates(source, keys, min(pieces, MAX_HASH_PIECES))
-    url = _jdbc_url(source)
-    return [partial(_read_piece, spark, url, table, p, options) for p in predicates]
-
-
-def _read_piece(spark: SparkSession, url: str, table: str, predicate: str, options: dict[str, str]) -> pa.Table:
-    return spark.read.jdbc(url, table, predicates=[predicate], properties=options).toArrow()
-
-
-def _maria_columns(mapping: TableMapping) -> str:
-    """The chunk query's select list: MariaDB's UUID type reaches Spark as JDBC OTHER, which it cannot read."""
-    uuids = {c for c, kind in mapping.types.items() if kind == "uuid"}
-    if not uuids:
-        return "t.*"
-    return ", ".join(f"CAST(t.`{c}` AS CHAR(36)) AS `{c}`" if c in uuids else f"t.`{c}`" for c in mapping.types)
-
-
-def _range_predicates(source: SourceConfig, key: str, bounds: tuple[Any, Any], pieces: int) -> list[str]:
-    """``pieces`` key ranges covering every value, the first and last open-ended."""
-    low, high = int(bounds[0]), int(bounds[1])
-    column = f'"{key}"' if source.kind == "postgres" else f"`{key}`"
-    step = max(1, -(-(high - low + 1) // pieces))
-    cuts = list(range(low + step, high + 1, step))[: pieces - 1]
-    if not cuts:
-        return ["1 = 1"]
-    ranges = [f"{column} < {cuts[0]}"]
-    ranges += [f"{column} >= {a} AND {column} < {b}" for a, b in zip(cuts, cuts[1:], strict=False)]
-    return [*ranges, f"{column} >= {cuts[-1]}"]
-
-
-def _hash_predicates(source: SourceConfig, keys: tuple[str, ...], chunks: int) -> list[str]:
-    if source.kind == "postgres":
-        joined = ", ".join(f'"{k}"::text' for k in keys)
-        expr = f"(hashtext(concat_ws('|', {joined})) & 2147483647)"
-    else:
-        expr = "CRC32(CONCAT_WS('|', {}))".format(", ".join(f"`{k}`" for k in keys))
-    return [f"{expr} % {chunks} = {i}" for i in range(chunks)]
-
-
-def _jdbc_url(source: SourceConfig) -> str:
-    if source.kind == "postgres":
-        return f"jdbc:postgresql://{source.host}:{source.port}/{source.database}"
-    # The mysql scheme makes Spark pick its MySQL dialect (backtick quoting); the MariaDB driver accepts it.
-    return f"jdbc:mysql://{source.host}:{source.port}/{source.database}?permitMysqlScheme&allowMultiQueries=true"
-
-
-def _qualified(source: SourceConfig, table: TableRef) -> str:
-    if source.kind == "postgres":
-        return f'"{table.namespace}"."{table.table}"'
-    return f"`{table.namespace}`.`{table.table}`"
 
 
 class _Ticker:

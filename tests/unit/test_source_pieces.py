@@ -7,7 +7,7 @@ import re
 import pytest
 
 from cdcsync.config import SourceConfig
-from cdcsync.snapshot.source import _range_predicates
+from cdcsync.snapshot.jdbc import range_predicates
 
 
 def _holds(predicate: str, value: int) -> bool:
@@ -30,7 +30,7 @@ def test_every_key_falls_in_exactly_one_range(low: int, high: int, pieces: int) 
     source = SourceConfig(
         name="pg", kind="postgres", port=5432, database="d", user="u", password="x", tables=["public.t"]
     )
-    predicates = _range_predicates(source, "id", (low, high), pieces)
+    predicates = range_predicates(source, "id", (low, high), pieces)
     assert 1 <= len(predicates) <= pieces
     probes = {low, high, low - 1, high + 1, (low + high) // 2}
     probes |= {int(b) + d for p in predicates for b in re.findall(r"-?\d+", p) for d in (-1, 0, 1)}
