@@ -52,6 +52,7 @@ def connector_jars(jars_dir: Path | None = None) -> list[Path]:
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 FETCHED_DATA_IDLE = "20s"  # how long Spark may keep a Kafka task's polled records for the next task (spark_session)
 LOCAL_FILE_CONTEXT = "org.apache.hadoop.fs.local.RawLocalFs"  # local checkpoint files without .crc companions
+CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark's default: 100)
 
 
 def default_master() -> str:
@@ -85,6 +86,10 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         # of max_batch_bytes each, with their Arrow and Delta MERGE copies (docs/daemon.md, "Memory").
         .config("spark.driver.memory", os.environ.get("CDCSYNC_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.shuffle.partitions", "4")
+        # Spark keeps compiled generated code in a cache of 100 entries by default. Three followers' batches
+        # and the warehouse's MERGE stages outgrow it: the same classes were compiled again ~3 times a second,
+        # each then loaded and JIT-compiled anew (docs/performance.md, "Generated code").
+        .config("spark.sql.codegen.cache.maxEntries", CODEGEN_CACHE_ENTRIES)
         # Delta's default of 50 partitions for reading a table's log makes every MERGE slow on small machines.
         .config("spark.databricks.delta.snapshotPartitions", os.environ.get("CDCSYNC_DELTA_SNAPSHOT_PARTITIONS", "2"))
         # New warehouse tables take deletion vectors: a MERGE of scattered keys marks the old rows deleted
