@@ -6,6 +6,14 @@ steady rate, one phase per ``--rates`` entry (1k and 5k changes/s by
 default, ``--seconds`` each), then one phase flat out (``--burst`` updates as
 fast as Postgres takes them).
 
+**Warm-up.** A daemon runs for days; its first minutes are not its steady
+state. The Spark JVM keeps compiling hot code for several minutes after it
+starts: at 1k changes/s its JIT compilers took 0.37-0.46 of the two cores
+over a first minute, 0.24 averaged over six, and every batch is slower
+meanwhile. So the
+writer first runs ``--warm-up`` seconds (120 by default) at the first rate,
+reported as its own phase, and the phases after it are the steady state.
+
 **Markers.** Once a second the writer commits ``name = 'mark:<n>'`` to the
 row with id 0 and notes the time the commit returned. One poller per store
 reads that row as a reader would, every 50 ms: Elasticsearch by a
@@ -39,7 +47,7 @@ rate. The burst phase gives the live throughput of the three followers
 together (changes / time until the last update is visible in every store)
 next to capture alone (the time until the last is in Kafka).
 
-Not a pass/fail test. Usage: python -m bench.freshness [--rates 1000,5000] [--seconds 180] [--json]
+Not a pass/fail test. Usage: python -m bench.freshness [--rates 1000,5000] [--seconds 180] [--warm-up 120] [--json]
 """
 
 from __future__ import annotations
@@ -68,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="1000,5000", help="steady phases, changes/s, comma-separated")
     parser.add_argument("--seconds", type=float, default=180, help="length of each steady phase")
+    parser.add_argument(
+        "--warm-up", type=float, default=120, help="seconds at the first rate before the phases, reported apart"
+    )
     parser.add_argument("--burst", type=int, default=100_000, help="updates of the flat-out phase (0: none)")
     parser.add_argument("--rows", type=int, default=50_000, help="rows of the table the writer rewrites in turn")
     parser.add_argument(
@@ -134,9 +145,12 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
         say(f"  caught up after {time.monotonic() - started:.0f}s; settling 20 s")
         time.sleep(20)
-        for rate in (int(r) for r in args.rates.split(",") if r):
+        rates = [int(r) for r in args.rates.split(",") if r]
+        plan = [("warm-up", rates[0], args.warm_up)] if rates and args.warm_up > 0 else []
+        for label, rate, seconds in plan + [("steady", rate, args.seconds) for rate in rates]:
             since, cpu_before = time.time(), cpu.sample()
-            phase = _steady(pg, table, rate, args.seconds, args.rows, marks, pollers, port=port, topic=topic)
+            phase = _steady(pg, table, rate, seconds, args.rows, marks, pollers, port=port, topic=topic)
+            phase["label"] = label
             phase["cpu_cores"] = cpu.cores(cpu_before, cpu.sample())
             phase["batches"] = daemon_report.batch_phases(log, since, time.time())
             for name, figures in phase["batches"].items():
@@ -262,7 +276,7 @@ def _steady(
     topic: str,
 ) -> dict[str, Any]:
     """Commit ``rate`` updates a second for ``seconds``, in ten statements a second, and a marker each second."""
-    say(f"steady {rate:,} changes/s for {seconds:.0f}s ...")
+    say(f"{rate:,} changes/s for {seconds:.0f}s ...")
     before, kafka_before = daemon_report.scrape(port), _topic_end(topic)
     first_mark, written, low = max(marks.at) + 1, 0, 1
     per_tick = max(1, rate // 10)
@@ -373,13 +387,14 @@ def _free_port() -> int:
 def _print(results: dict[str, Any]) -> None:
     changed = {**results["follower"], **results["debezium"]} or "defaults"
     print(f"\nfreshness, source commit -> visible (s), {results['rows']:,}-row table, three followers, {changed}")
-    print(f"{'rate/s':>7} {'sink':<10} {'seen p50':>9} {'p95':>6} {'p99':>6} {'max':>6}"
+    print(f"{'phase':<8} {'rate/s':>7} {'sink':<10} {'seen p50':>9} {'p95':>6} {'p99':>6} {'max':>6}"
           f" {'hist p50':>9} {'p95':>6} {'p99':>6} {'<=1s':>6} {'<=2s':>6} {'applied/s':>10}")  # fmt: skip
     for phase in results["phases"]:
         for name in ("search", "cache", "warehouse"):
             s, h = phase[name]["seen"], phase[name]["histogram"]
             print(
-                f"{phase['rate']:>7,} {name:<10} {s['p50']:>9} {s['p95']:>6} {s['p99']:>6} {s['max']:>6}"
+                f"{phase.get('label', 'steady'):<8} {phase['rate']:>7,} {name:<10}"
+                f" {s['p50']:>9} {s['p95']:>6} {s['p99']:>6} {s['max']:>6}"
                 f" {h['p50']!s:>9} {h['p95']!s:>6} {h['p99']!s:>6} {h['within_1s']!s:>6} {h['within_2s']!s:>6}"
                 f" {phase[name]['applied_per_s']:>10,}"
             )
