@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ from cdcsync.sync.sink import Row
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("cdcsync.bootstrap")
@@ -139,28 +141,22 @@ def _bootstrap_source(
     first = end_offsets(consumer, [p.topic for p in plans])
     read = open_read(source)
     try:
-        if on_read_open:
-            on_read_open(source)
-        tick.total += sum(read.count(jdbc.qualified(source, p.table)) for p in plans)
-        row_version = 0
-        if isinstance(read, PostgresRead):
-            wait_passed(read, connect)
-            last = end_offsets(consumer, [p.topic for p in plans])
-            window = _read_window(consumer, first, last, lookback=20)
-            window, row_version = _split_reflected(read, window, follower)
-            log.info(
-                "source=%s snapshot=%s xmin=%d xmax=%d in_progress=%d wal_lsn=%d unreflected=%d row_version=%d",
-                source.name,
-                read.snapshot_id,
-                read.xmin,
-                read.xmax,
-                len(read.xip),
-                read.wal_lsn,
-                len(window),
-                row_version,
-            )
-        for plan in plans:
-            _copy_table(spark, source, plan, read, row_version, follower, partitions, tick)
+        reader = ThreadPoolExecutor(max_workers=max(1, partitions), thread_name_prefix="cdcsync-bootstrap-read")
+        with reader:
+            if on_read_open:
+                on_read_open(source)
+            tick.total += sum(read.count(jdbc.qualified(source, p.table)) for p in plans)
+            # The first table's reads start now: the read's snapshot is fixed, and a Postgres read waits below
+            # for the connector to pass it (up to Connect's offset flush interval) before the first row is mapped.
+
+            def table_reads(plan: Plan) -> _ReadAhead:
+                return _ReadAhead(reader, jdbc.pieces(spark, source, plan.table, plan.mapping, read), partitions)
+
+            first_reads = table_reads(plans[0])
+            window, last, row_version = _align(read, source, plans, follower, consumer, connect, first)
+            for plan in plans:
+                reads = first_reads if plan is plans[0] else table_reads(plan)
+                _copy_table(source, plan, reads, read, row_version, follower, tick)
         if not isinstance(read, PostgresRead):
             wait_passed(read, connect)
             last = end_offsets(consumer, [p.topic for p in plans])
@@ -172,6 +168,62 @@ def _bootstrap_source(
         tick.add(follower.process(tick.next_batch(), window[start : start + BATCH_ROWS]))
     for tp, (_low, high) in last.items():
         tick.summary.offsets.setdefault(tp.topic, {})[str(tp.partition)] = high
+
+
+def _align(
+    read: SourceRead,
+    source: SourceConfig,
+    plans: list[Plan],
+    follower: Follower,
+    consumer: Consumer,
+    connect: ConnectClient,
+    first: dict[TopicPartition, tuple[int, int]],
+) -> tuple[list[Record], dict[TopicPartition, tuple[int, int]], int]:
+    """A Postgres read's window of unreflected changes, its end E2 and the version of its rows (step 3).
+
+    A MariaDB read is aligned after its rows (each carries its own position): nothing here.
+    """
+    if not isinstance(read, PostgresRead):
+        return [], {}, 0
+    wait_passed(read, connect)
+    last = end_offsets(consumer, [p.topic for p in plans])
+    window = _read_window(consumer, first, last, lookback=20)
+    window, row_version = _split_reflected(read, window, follower)
+    log.info(
+        "source=%s snapshot=%s xmin=%d xmax=%d in_progress=%d wal_lsn=%d unreflected=%d row_version=%d",
+        source.name,
+        read.snapshot_id,
+        read.xmin,
+        read.xmax,
+        len(read.xip),
+        read.wal_lsn,
+        len(window),
+        row_version,
+    )
+    return window, last, row_version
+
+
+class _ReadAhead:
+    """A table's JDBC pieces, read on the reader threads at most ``depth`` pieces ahead of the one being mapped.
+
+    Submitting every piece at once read the whole table into memory whenever
+    the store was slower than the reads.
+    """
+
+    def __init__(self, pool: ThreadPoolExecutor, pieces: list[jdbc.Piece], depth: int) -> None:
+        self._pool, self._todo, self._depth = pool, deque(pieces), max(1, depth)
+        self._running: deque[Future[pa.Table]] = deque()
+        self._fill()
+
+    def _fill(self) -> None:
+        while self._todo and len(self._running) < self._depth:
+            self._running.append(self._pool.submit(self._todo.popleft()))
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        while self._running:
+            table = self._running.popleft().result()
+            self._fill()
+            yield table
 
 
 def _plans(config: Config, cfg: FollowerConfig, follower: Follower) -> list[tuple[SourceConfig, list[Plan]]]:
@@ -233,20 +285,19 @@ def _read_window(
 
 
 def _copy_table(
-    spark: SparkSession,
     source: SourceConfig,
     plan: Plan,
+    reads: Iterable[pa.Table],
     read: SourceRead,
     row_version: int,
     follower: Follower,
-    partitions: int,
     tick: _Ticker,
 ) -> None:
     """Stream one table from its JDBC read to the sink, piece after piece, BATCH_ROWS rows per write.
 
     The table is read in pieces (key ranges or key hashes), each one JDBC
     query handed to Python as Arrow (``toArrow``: no per-row pickling on
-    either side). Up to ``partitions`` pieces are read ahead while this
+    either side). Up to ``partitions`` pieces are read ahead (``_ReadAhead``) while this
     thread maps the current one, and the sink's ``writers`` threads each write
     a chunk while it maps the next (so ``writers`` + 1 chunks in memory): Spark's JDBC
     reads, this thread and the sink's server run side by side instead of
@@ -256,21 +307,16 @@ def _copy_table(
     rows: list[Row] = []
     failed: list[tuple[Record, str]] = []
     in_flight: list[Future[Any]] = []
-    pieces = jdbc.pieces(spark, source, plan.table, plan.mapping, read)
     writers = follower.sink.writers
-    with (
-        ThreadPoolExecutor(max_workers=writers, thread_name_prefix="cdcsync-bootstrap-write") as writer,
-        ThreadPoolExecutor(max_workers=max(1, partitions), thread_name_prefix="cdcsync-bootstrap-read") as reader,
-    ):
+    with ThreadPoolExecutor(max_workers=writers, thread_name_prefix="cdcsync-bootstrap-write") as writer:
 
         def flush() -> None:
             in_flight.append(writer.submit(follower.apply_rows, tick.next_batch(), rows, failed))
             while len(in_flight) > writers or (in_flight and in_flight[0].done()):
                 tick.add(in_flight.pop(0).result())
 
-        reads = [reader.submit(piece) for piece in pieces]
         for piece in reads:
-            for data in piece.result().to_pylist():
+            for data in piece.to_pylist():
                 if isinstance(read, PostgresRead):
                     version = row_version
                 else:

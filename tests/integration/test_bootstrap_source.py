@@ -166,3 +166,42 @@ def test_mariadb_rows_carry_the_gtid_of_their_read(spark: Any, tmp_path: Path) -
         assert version >> 16 >= seq_after_update and version & 0xFFFF == 0xFFFF
         sc.run_once()
         sc.assert_converged()
+
+
+def test_a_slow_store_holds_back_the_table_read(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reads run at most ``partitions`` pieces ahead of the writes: a table is never read whole into memory."""
+    from cdcsync.snapshot import jdbc, source
+
+    monkeypatch.setattr(jdbc, "ROWS_PER_PIECE", 250)  # 16 pieces
+    monkeypatch.setattr(source, "BATCH_ROWS", 250)  # a write per piece
+    real_read, reads = jdbc._read_piece, []
+    t = f"bahead_{uid()}"
+    # Counts this table's reads, and reads for real (the scenario's heartbeat table is read too).
+    monkeypatch.setattr(jdbc, "_read_piece", lambda *a: (t in a[2] and reads.append(a[3])) or real_read(*a))
+    with scenario(
+        spark,
+        tmp_path,
+        {"postgres": [f"public.{t}"]},
+        {"postgres": _ddl("postgres", t)},
+        source_options={"snapshot_mode": "no_data"},
+    ) as sc:
+        cfg = next(c for c in sc.config.followers if c.kind == "redis")
+        follower = build_follower(sc.config, cfg, spark, open_sink=False)
+        apply_rows, read_while_stuck = follower.apply_rows, []
+
+        def first_write_stuck(batch_id: int, *args: Any) -> Any:
+            if batch_id == 0:  # the store takes its time over the first chunk; the table reader must wait for it
+                time.sleep(4)
+                read_while_stuck.append(len(reads))
+            return apply_rows(batch_id, *args)
+
+        follower.apply_rows = first_write_stuck  # type: ignore[method-assign]
+        summary = bootstrap_from_source(
+            sc.config, cfg, follower, spark, checkpoint_dir(sc.config, cfg), base_dir(sc.config), partitions=2
+        )
+        assert len(reads) == 16 and summary.applied == ROWS, (reads, summary)
+        # Written: chunk 0 (stuck) and 1; mapped and waiting: chunk 2; read ahead: 2 pieces; 16 without a bound.
+        assert read_while_stuck[0] <= 5, read_while_stuck
+        sc.followers[cfg.name] = follower
+        held = sc.held(cfg.name, t)
+        assert len(held) == ROWS and all(int(doc["v"]) == int(i) for i, (_v, doc) in held.items())
