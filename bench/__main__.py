@@ -4,6 +4,8 @@ For each sink (Elasticsearch, Redis, Delta):
 
 - **catch-up**: the log already holds N changes (``--rows``, 200k); a fresh
   follower applies them all (Kafka -> Spark -> parse, version, map -> sink).
+  ``--runs`` times per sink (3), each by a fresh follower into a fresh store,
+  each next to a raw ceiling measured right after it: all runs are printed.
   changes/s = N / time spent in batches (Spark's own trigger timings); the
   query's one-time start-up is reported apart. The Spark session is warmed
   first by reading the topic four times through Python workers
@@ -21,7 +23,7 @@ For each sink (Elasticsearch, Redis, Delta):
   versions, no Kafka, no Spark batches.
 
 The ratios compare each path with the ceiling. Not a pass/fail test.
-Usage: python -m bench [--rows N] [--sinks search,cache,warehouse] [--json]
+Usage: python -m bench [--rows N] [--runs 3] [--sinks search,cache,warehouse] [--json]
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sinks", default="search,cache,warehouse")
     parser.add_argument("--live", type=int, default=50000, help="updates committed in the live phase")
     parser.add_argument("--batch", type=int, default=200000, help="maxOffsetsPerTrigger of the followers")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="catch-ups per sink, each a fresh follower into a fresh store, with its raw"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every follower batch (counts, ms)")
     args = parser.parse_args(argv)
@@ -59,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     from cdcsync.connectors.apply import apply
     from cdcsync.db import connect_postgres
     from cdcsync.spark import spark_session
-    from cdcsync.sync.stream import build_follower, start_query
 
     tag = f"bench{uuid.uuid4().hex[:6]}"
     table = f"bench_{tag}"
@@ -68,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     followers = three_followers(tag, tmp, wanted)
     for f in followers:
         f.update(max_offsets_per_trigger=args.batch, trigger_interval_s=1.0)
-    config = one_table_config(tag, table, followers, tmp, heartbeat_interval_ms=1000)
+    again = {f["name"]: [_again(f, n, tag, tmp) for n in range(2, args.runs + 1)] for f in followers}
+    every = followers + [f for runs in again.values() for f in runs]
+    config = one_table_config(tag, table, every, tmp, heartbeat_interval_ms=1000)
+    by_name = {c.name: c for c in config.followers}
     source = config.sources[0]
     topic = source.topic(source.tables[0])
     pg = connect_postgres(source, autocommit=True)
@@ -100,39 +107,20 @@ def main(argv: list[str] | None = None) -> int:
 
         spark = spark_session("cdcsync-bench")
         results["warm_up_s"] = _warm_up(spark, config, topic)
-        for cfg in config.followers:
-            say(f"[{cfg.name}] catch-up from offset 0 ...")
-            follower = build_follower(config, cfg, spark)
-            started = time.perf_counter()
-            query = start_query(spark, config, cfg, follower, once=True)
-            query.awaitTermination()
-            total_s = time.perf_counter() - started
-            # Time spent in batches that carried data; the rest is query start-up. The log holds more
-            # than --rows for every follower after the first (the live phases before it added updates).
-            records = sum(p["numInputRows"] for p in query.recentProgress)
-            catch_s = (
-                sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress if p["numInputRows"])
-                / 1000
-                or total_s
-            )
-            say(
-                f"[{cfg.name}] batches (records, ms): "
-                + ", ".join(f"{p['numInputRows']}/{p['durationMs']}" for p in query.recentProgress if p["numInputRows"])
-            )
-            rows = list(_mapped_rows(config, follower, topic))
-            started = time.perf_counter()
-            _raw_write(cfg.kind, rows, follower, tmp, spark, tag)
-            raw_s = time.perf_counter() - started
-            live, captured = _live(pg, table, spark, config, cfg, follower, min(args.live, args.rows), topic_end)
+        for cfg in (by_name[f["name"]] for f in followers):
+            runs = []
+            for n, run_cfg in enumerate([cfg] + [by_name[f["name"]] for f in again[cfg.name]]):
+                run, follower = _catch_up(spark, config, run_cfg, topic, tmp, tag)
+                runs.append(run)
+                if n == 0:  # the live phase once per sink, by the first run's follower
+                    changes = min(args.live, args.rows)
+                    live, captured = _live(pg, table, spark, config, cfg, follower, changes, topic_end)
             entry = {
-                "query_start_s": round(total_s - catch_s, 1),
-                "catch_up_changes": records,
-                "catch_up_changes_per_s": round(records / catch_s),
+                **runs[0],
                 "live_changes_per_s": round(live),
                 "live_captured_per_s": round(captured),
-                "raw_ceiling_docs_per_s": round(len(rows) / raw_s),
+                "catch_up_runs": runs,
             }
-            entry["catch_up_ratio"] = round(entry["catch_up_changes_per_s"] / entry["raw_ceiling_docs_per_s"], 2)
             entry["live_ratio"] = round(entry["live_changes_per_s"] / entry["raw_ceiling_docs_per_s"], 2)
             results[cfg.name] = entry
             say(
@@ -150,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             f"\n{'sink':<10} {'catch-up/s':>11} {'live/s':>9} {'raw/s':>9} {'catch-up ratio':>15} {'live ratio':>11}"
             f" {'live in Kafka/s':>16} {'start-up s':>11}"
         )
-        for name in (f.name for f in config.followers):
+        for name in (f["name"] for f in followers):
             e = results[name]
             print(
                 f"{name:<10} {e['catch_up_changes_per_s']:>11,} {e['live_changes_per_s']:>9,} "
@@ -158,7 +146,70 @@ def main(argv: list[str] | None = None) -> int:
                 f" {e['live_captured_per_s']:>16,} {e['query_start_s']:>11}"
             )
         print(f"capture (Postgres -> Debezium -> Kafka): {results['capture_changes_per_s']:,} changes/s")
+        print("catch-up runs (changes/s against the raw ceiling measured right after each):")
+        for name in (f["name"] for f in followers):
+            print(
+                f"  {name:<10} "
+                + ";  ".join(
+                    f"{r['catch_up_changes_per_s']:,} / {r['raw_ceiling_docs_per_s']:,} = {r['catch_up_ratio']}"
+                    for r in results[name]["catch_up_runs"]
+                )
+            )
     return 0
+
+
+def _again(follower: dict[str, Any], n: int, tag: str, tmp: Path) -> dict[str, Any]:
+    """Run ``n`` of a follower's catch-up: the same sink under its own name, store, checkpoint and dead letters."""
+    name = f"{follower['name']}{n}"
+    again = {
+        **follower,
+        "name": name,
+        "checkpoint_dir": str(tmp / f"ckpt-{name}"),
+        "dead_letter_topic": f"dlq.{tag}.{name}",
+    }
+    if follower["kind"] == "elasticsearch":
+        again["prefix"] = f"{tag}-r{n}-"
+    elif follower["kind"] == "redis":
+        again["prefix"] = f"{tag}r{n}"
+    else:
+        again["path"] = str(tmp / f"warehouse{n}")
+    return again
+
+
+def _catch_up(spark: Any, config: Any, cfg: Any, topic: str, tmp: Path, tag: str) -> tuple[dict[str, Any], Any]:
+    """A fresh follower applies the whole log, then the same documents go straight to the sink: one run's figures."""
+    from cdcsync.sync.stream import build_follower, start_query
+
+    say(f"[{cfg.name}] catch-up from offset 0 ...")
+    follower = build_follower(config, cfg, spark)
+    started = time.perf_counter()
+    query = start_query(spark, config, cfg, follower, once=True)
+    query.awaitTermination()
+    total_s = time.perf_counter() - started
+    # Time spent in batches that carried data; the rest is query start-up. The log holds more than --rows
+    # for every follower after the first (the live phase of the first run of each sink adds updates).
+    records = sum(p["numInputRows"] for p in query.recentProgress)
+    catch_s = (
+        sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress if p["numInputRows"]) / 1000
+        or total_s
+    )
+    say(
+        f"[{cfg.name}] batches (records, ms): "
+        + ", ".join(f"{p['numInputRows']}/{p['durationMs']}" for p in query.recentProgress if p["numInputRows"])
+    )
+    rows = list(_mapped_rows(config, follower, topic))
+    started = time.perf_counter()
+    _raw_write(cfg.kind, rows, follower, tmp, spark, f"{tag}-{cfg.name}")
+    raw_s = time.perf_counter() - started
+    run = {
+        "query_start_s": round(total_s - catch_s, 1),
+        "catch_up_changes": records,
+        "catch_up_changes_per_s": round(records / catch_s),
+        "raw_ceiling_docs_per_s": round(len(rows) / raw_s),
+    }
+    run["catch_up_ratio"] = round(run["catch_up_changes_per_s"] / run["raw_ceiling_docs_per_s"], 2)
+    say(f"[{cfg.name}] catch-up {run['catch_up_changes_per_s']:,}/s  raw {run['raw_ceiling_docs_per_s']:,}/s")
+    return run, follower
 
 
 def _warm_up(spark: Any, config: Any, topic: str, passes: int = 4) -> float:
@@ -228,13 +279,14 @@ def _mapped_rows(config: Any, follower: Any, topic: str) -> Any:
     consumer.close()
 
 
-def _raw_write(kind: str, rows: list[Any], follower: Any, tmp: Path, spark: Any, tag: str) -> None:
+def _raw_write(kind: str, rows: list[Any], follower: Any, tmp: Path, spark: Any, name: str) -> None:
+    """The documents straight into the sink's store, under ``name`` (an index, a key prefix, a directory)."""
     docs = [(r.doc_id, follower.sink.stored_form(r.doc)) for r in rows if r.doc is not None]
     if kind == "elasticsearch":
         from elasticsearch import Elasticsearch, helpers
 
         es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
-        index = f"{tag}-raw"
+        index = f"{name}-raw"
         es.indices.create(index=index, settings={"number_of_shards": 1, "number_of_replicas": 0})
         helpers.bulk(es, ({"_index": index, "_id": i, "_source": d} for i, d in docs), chunk_size=1000)
         es.indices.refresh(index=index)
@@ -244,14 +296,14 @@ def _raw_write(kind: str, rows: list[Any], follower: Any, tmp: Path, spark: Any,
         r = redis.Redis(port=int(ENV["REDIS_PORT"]))
         pipe = r.pipeline(transaction=False)
         for n, (i, d) in enumerate(docs, 1):
-            pipe.hset(f"{tag}raw:{i}", mapping={k: str(v) for k, v in d.items()})
+            pipe.hset(f"{name}raw:{i}", mapping={k: str(v) for k, v in d.items()})
             if n % 1000 == 0:
                 pipe.execute()
         pipe.execute()
     else:
         spark.createDataFrame([{k: str(v) for k, v in d.items()} | {"_id": i} for i, d in docs]).write.format(
             "delta"
-        ).save(str(tmp / "raw-delta"))
+        ).save(str(tmp / f"{name}-raw"))
 
 
 def _live(

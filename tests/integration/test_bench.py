@@ -27,7 +27,8 @@ def test_bench_runs_and_its_figures_add_up() -> None:
     es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
     before = set(es.indices.get(index="bench*", allow_no_indices=True))
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--rows", str(ROWS), "--live", str(LIVE), "--sinks", "search,cache", "--json"],
+        [sys.executable, "-m", "bench", "--rows", str(ROWS), "--live", str(LIVE), "--runs", "2"]
+        + ["--sinks", "search,cache", "--json"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -44,6 +45,12 @@ def test_bench_runs_and_its_figures_add_up() -> None:
             assert entry[rate] > 0, (sink, rate, entry)
         assert entry["catch_up_ratio"] == round(entry["catch_up_changes_per_s"] / entry["raw_ceiling_docs_per_s"], 2)
         assert entry["live_ratio"] == round(entry["live_changes_per_s"] / entry["raw_ceiling_docs_per_s"], 2)
+        # Each run is its own follower and store: each applies the whole log, next to its own raw ceiling.
+        runs = entry["catch_up_runs"]
+        assert len(runs) == 2 and runs[0]["catch_up_changes_per_s"] == entry["catch_up_changes_per_s"], runs
+        for run in runs:
+            assert run["catch_up_changes"] >= ROWS and run["raw_ceiling_docs_per_s"] > 0, run
+            assert run["catch_up_ratio"] == round(run["catch_up_changes_per_s"] / run["raw_ceiling_docs_per_s"], 2)
     # The bench cleans up after itself: no index of its run is left.
     leftovers = set(es.indices.get(index="bench*", allow_no_indices=True)) - before
     assert not leftovers, sorted(leftovers)
