@@ -80,6 +80,17 @@ def _ddl(kind: str, t: str) -> list[str]:
     ]
 
 
+def _postgres_scenario(spark: Any, tmp_path: Path, t: str) -> Any:
+    """A Postgres table ``t`` of ROWS rows, captured from now on (the topics never see the seed rows)."""
+    return scenario(
+        spark,
+        tmp_path,
+        {"postgres": [f"public.{t}"]},
+        {"postgres": _ddl("postgres", t)},
+        source_options={"snapshot_mode": "no_data"},
+    )
+
+
 def _bootstrap_all(sc: Scenario, spark: Any, **kwargs: Any) -> dict[str, Any]:
     summaries = {}
     for cfg in sc.config.followers:
@@ -118,13 +129,7 @@ def test_bootstrap_from_source_under_writes_converges(spark: Any, tmp_path: Path
 def test_a_transaction_spanning_the_snapshot_is_not_lost(spark: Any, tmp_path: Path) -> None:
     """It began before the snapshot, so its changes carry LSNs from before it; it commits after."""
     t = f"bspan_{uid()}"
-    with scenario(
-        spark,
-        tmp_path,
-        {"postgres": [f"public.{t}"]},
-        {"postgres": _ddl("postgres", t)},
-        source_options={"snapshot_mode": "no_data"},
-    ) as sc:
+    with _postgres_scenario(spark, tmp_path, t) as sc:
         spanning = pg_connect(autocommit=False)
         spanning.execute(f"UPDATE {t} SET v = -777, note = 'span' WHERE id = 1")
         spanning.execute(f"INSERT INTO {t} VALUES (99999, 1, 'span')")
@@ -178,13 +183,7 @@ def test_a_slow_store_holds_back_the_table_read(spark: Any, tmp_path: Path, monk
     t = f"bahead_{uid()}"
     # Counts this table's reads, and reads for real (the scenario's heartbeat table is read too).
     monkeypatch.setattr(jdbc, "_read_piece", lambda *a: (t in a[2] and reads.append(a[3])) or real_read(*a))
-    with scenario(
-        spark,
-        tmp_path,
-        {"postgres": [f"public.{t}"]},
-        {"postgres": _ddl("postgres", t)},
-        source_options={"snapshot_mode": "no_data"},
-    ) as sc:
+    with _postgres_scenario(spark, tmp_path, t) as sc:
         cfg = next(c for c in sc.config.followers if c.kind == "redis")
         follower = build_follower(sc.config, cfg, spark, open_sink=False)
         apply_rows, read_while_stuck = follower.apply_rows, []
