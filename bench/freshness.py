@@ -68,6 +68,8 @@ from bench import cpu, daemon_report
 from bench.common import ENV, cleanup, one_table_doc, say, start_daemon, stop_daemon, stop_on_sigterm, three_followers
 from bench.markers import TARGET, Marks, Poller
 
+DRAIN_S = 600  # after a phase, until its last marker is in every store (a warehouse at 5k/s ended 105 s behind)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -200,7 +202,7 @@ def _steady(
         time.sleep(max(0.0, started + tick * 0.1 - time.monotonic()))
     elapsed, kafka_at_end = time.monotonic() - started, _topic_end(topic)
     last_mark = max(marks.at)
-    _wait_seen(pollers, last_mark, 120)
+    _wait_seen(pollers, last_mark, DRAIN_S)
     after = daemon_report.scrape(port)
     phase: dict[str, Any] = {
         "rate": rate,
