@@ -80,15 +80,11 @@ def _ddl(kind: str, t: str) -> list[str]:
     ]
 
 
-def _postgres_scenario(spark: Any, tmp_path: Path, t: str) -> Any:
-    """A Postgres table ``t`` of ROWS rows, captured from now on (the topics never see the seed rows)."""
-    return scenario(
-        spark,
-        tmp_path,
-        {"postgres": [f"public.{t}"]},
-        {"postgres": _ddl("postgres", t)},
-        source_options={"snapshot_mode": "no_data"},
-    )
+def _seeded(spark: Any, tmp_path: Path, kind: str, t: str) -> Any:
+    """A table ``t`` of ROWS rows, captured from now on (the topics never see the seed rows)."""
+    namespace = "public" if kind == "postgres" else "inventory"
+    tables, ddl = {kind: [f"{namespace}.{t}"]}, {kind: _ddl(kind, t)}
+    return scenario(spark, tmp_path, tables, ddl, source_options={"snapshot_mode": "no_data"})
 
 
 def _bootstrap_all(sc: Scenario, spark: Any, **kwargs: Any) -> dict[str, Any]:
@@ -109,14 +105,7 @@ def _bootstrap_all(sc: Scenario, spark: Any, **kwargs: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("kind", ["postgres", "mariadb"])
 def test_bootstrap_from_source_under_writes_converges(spark: Any, tmp_path: Path, kind: str) -> None:
     t = f"bsrc_{uid()}"
-    namespace = "public" if kind == "postgres" else "inventory"
-    with scenario(
-        spark,
-        tmp_path,
-        {kind: [f"{namespace}.{t}"]},
-        {kind: _ddl(kind, t)},
-        source_options={"snapshot_mode": "no_data"},
-    ) as sc:
+    with _seeded(spark, tmp_path, kind, t) as sc:
         execute(kind, f"UPDATE {t} SET v = -v WHERE id % 7 = 0", f"DELETE FROM {t} WHERE id % 11 = 0")
         with Writer(kind, t):
             summaries = _bootstrap_all(sc, spark)
@@ -129,7 +118,7 @@ def test_bootstrap_from_source_under_writes_converges(spark: Any, tmp_path: Path
 def test_a_transaction_spanning_the_snapshot_is_not_lost(spark: Any, tmp_path: Path) -> None:
     """It began before the snapshot, so its changes carry LSNs from before it; it commits after."""
     t = f"bspan_{uid()}"
-    with _postgres_scenario(spark, tmp_path, t) as sc:
+    with _seeded(spark, tmp_path, "postgres", t) as sc:
         spanning = pg_connect(autocommit=False)
         spanning.execute(f"UPDATE {t} SET v = -777, note = 'span' WHERE id = 1")
         spanning.execute(f"INSERT INTO {t} VALUES (99999, 1, 'span')")
@@ -154,13 +143,7 @@ def test_a_transaction_spanning_the_snapshot_is_not_lost(spark: Any, tmp_path: P
 def test_mariadb_rows_carry_the_gtid_of_their_read(spark: Any, tmp_path: Path) -> None:
     """A row read at GTID seq s holds version s << 16 | 0xFFFF: an older change replayed later is a no-op."""
     t = f"bgtid_{uid()}"
-    with scenario(
-        spark,
-        tmp_path,
-        {"mariadb": [f"inventory.{t}"]},
-        {"mariadb": _ddl("mariadb", t)},
-        source_options={"snapshot_mode": "no_data"},
-    ) as sc:
+    with _seeded(spark, tmp_path, "mariadb", t) as sc:
         execute("mariadb", f"UPDATE {t} SET v = 5 WHERE id = 3")
         with maria_connect() as conn, conn.cursor() as cur:
             cur.execute("SELECT @@gtid_binlog_pos")
@@ -183,7 +166,7 @@ def test_a_slow_store_holds_back_the_table_read(spark: Any, tmp_path: Path, monk
     t = f"bahead_{uid()}"
     # Counts this table's reads, and reads for real (the scenario's heartbeat table is read too).
     monkeypatch.setattr(jdbc, "_read_piece", lambda *a: (t in a[2] and reads.append(a[3])) or real_read(*a))
-    with _postgres_scenario(spark, tmp_path, t) as sc:
+    with _seeded(spark, tmp_path, "postgres", t) as sc:
         cfg = next(c for c in sc.config.followers if c.kind == "redis")
         follower = build_follower(sc.config, cfg, spark, open_sink=False)
         apply_rows, read_while_stuck = follower.apply_rows, []
