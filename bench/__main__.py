@@ -38,6 +38,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench import cpu
 from bench.common import ENV, cleanup, one_table_config, say, three_followers
 
 
@@ -48,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sinks", default="search,cache,warehouse")
     parser.add_argument("--live", type=int, default=50000, help="updates committed in the live phase")
-    parser.add_argument("--batch", type=int, default=200000, help="maxOffsetsPerTrigger of the followers")
+    parser.add_argument(
+        "--batch", type=int, help="max_offsets_per_trigger of the followers (default: their kind's, as in the daemon)"
+    )
     parser.add_argument(
         "--runs", type=int, default=3, help="catch-ups per sink, each a fresh follower into a fresh store, with its raw"
     )
@@ -71,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.sinks.split(",")
     followers = three_followers(tag, tmp, wanted)
     for f in followers:
-        f.update(max_offsets_per_trigger=args.batch, trigger_interval_s=1.0)
+        f.update(trigger_interval_s=1.0)
+        if args.batch:
+            f.update(max_offsets_per_trigger=args.batch)
     again = {f["name"]: [_again(f, n, tag, tmp) for n in range(2, args.runs + 1)] for f in followers}
     every = followers + [f for runs in again.values() for f in runs]
     config = one_table_config(tag, table, every, tmp, heartbeat_interval_ms=1000)
@@ -182,10 +187,10 @@ def _catch_up(spark: Any, config: Any, cfg: Any, topic: str, tmp: Path, tag: str
 
     say(f"[{cfg.name}] catch-up from offset 0 ...")
     follower = build_follower(config, cfg, spark)
-    started = time.perf_counter()
+    started, before = time.perf_counter(), cpu.sample()
     query = start_query(spark, config, cfg, follower, once=True)
     query.awaitTermination()
-    total_s = time.perf_counter() - started
+    total_s, used = time.perf_counter() - started, cpu.cores(before, cpu.sample())
     # Time spent in batches that carried data; the rest is query start-up. The log holds more than --rows
     # for every follower after the first (the live phase of the first run of each sink adds updates).
     records = sum(p["numInputRows"] for p in query.recentProgress)
@@ -198,17 +203,21 @@ def _catch_up(spark: Any, config: Any, cfg: Any, topic: str, tmp: Path, tag: str
         + ", ".join(f"{p['numInputRows']}/{p['durationMs']}" for p in query.recentProgress if p["numInputRows"])
     )
     rows = list(_mapped_rows(config, follower, topic))
-    started = time.perf_counter()
+    started, before = time.perf_counter(), cpu.sample()
     _raw_write(cfg.kind, rows, follower, tmp, spark, f"{tag}-{cfg.name}")
-    raw_s = time.perf_counter() - started
+    raw_s, raw_used = time.perf_counter() - started, cpu.cores(before, cpu.sample())
     run = {
         "query_start_s": round(total_s - catch_s, 1),
         "catch_up_changes": records,
         "catch_up_changes_per_s": round(records / catch_s),
         "raw_ceiling_docs_per_s": round(len(rows) / raw_s),
+        "catch_up_cpu_cores": used,
+        "raw_cpu_cores": raw_used,
     }
     run["catch_up_ratio"] = round(run["catch_up_changes_per_s"] / run["raw_ceiling_docs_per_s"], 2)
     say(f"[{cfg.name}] catch-up {run['catch_up_changes_per_s']:,}/s  raw {run['raw_ceiling_docs_per_s']:,}/s")
+    say(f"[{cfg.name}] cpu (cores), catch-up incl. start-up: {cpu.summary(used)}")
+    say(f"[{cfg.name}] cpu (cores), raw: {cpu.summary(raw_used)}")
     return run, follower
 
 

@@ -228,6 +228,14 @@ class TableMappingConfig(_Strict):
 # batches of ~500 changes take ~0.4 s at 1k changes/s, so a change waits ~0.25 s for its batch instead of ~0.5 s;
 # a warehouse MERGE takes seconds, so its interval does not matter (bench.freshness: docs/performance.md).
 TRIGGER_INTERVAL_S = {"elasticsearch": 0.5, "redis": 0.5, "delta": 1.0}
+# A batch's limits by sink kind: records, and bytes of records (sync/batching). The warehouse collects its batch
+# on the driver for one MERGE, so its bytes are what the heap holds. Search and cache batches are applied by
+# Spark's tasks as they read them (sync/executors), Arrow batches of 8 MiB at a time whatever the batch's size;
+# their limits only set how often a catching-up follower pays a batch's fixed cost (~0.3 s: task launch,
+# checkpoint writes, a refresh), which at 30,000 changes per batch was a third of a catch-up's time
+# (docs/performance.md, "Batch size").
+BATCH_RECORDS = {"elasticsearch": 200_000, "redis": 200_000, "delta": 20_000}
+BATCH_BYTES = {"elasticsearch": 64 * 1024 * 1024, "redis": 64 * 1024 * 1024, "delta": 16 * 1024 * 1024}
 
 
 class FollowerConfig(_Strict):
@@ -246,9 +254,13 @@ class FollowerConfig(_Strict):
     tls_ca: str | None = Field(None, description="CA bundle (PEM file) that signs the https:// or rediss:// server")
     checkpoint_dir: str | None = None
     dead_letter_topic: str | None = None
-    max_offsets_per_trigger: int = Field(20000, ge=1)
-    max_batch_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024 * 1024, description="a batch's records at most about this many bytes (sync/batching)"
+    max_offsets_per_trigger: int | None = Field(
+        None, ge=1, description="a batch's records at most; default by kind (BATCH_RECORDS)"
+    )
+    max_batch_bytes: int | None = Field(
+        None,
+        ge=1024 * 1024,
+        description="a batch's records at most about this many bytes (sync/batching); default by kind (BATCH_BYTES)",
     )
     sink_attempts: int = Field(
         8, ge=1, description="writes of a batch tried before it fails; the daemon then restarts the follower later"
@@ -264,6 +276,16 @@ class FollowerConfig(_Strict):
     def trigger_s(self) -> float:
         """Seconds between the starts of two batches: ``trigger_interval_s``, or its kind's default."""
         return self.trigger_interval_s if self.trigger_interval_s is not None else TRIGGER_INTERVAL_S[self.kind]
+
+    @property
+    def batch_records(self) -> int:
+        """A batch's record limit: ``max_offsets_per_trigger``, or its kind's default."""
+        return self.max_offsets_per_trigger if self.max_offsets_per_trigger is not None else BATCH_RECORDS[self.kind]
+
+    @property
+    def batch_bytes(self) -> int:
+        """A batch's byte limit: ``max_batch_bytes``, or its kind's default."""
+        return self.max_batch_bytes if self.max_batch_bytes is not None else BATCH_BYTES[self.kind]
 
     @model_validator(mode="before")
     @classmethod

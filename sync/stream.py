@@ -122,7 +122,7 @@ def start_query(
     check_position(config, cfg, topics)
     resumed = resume_position(config, cfg)
     sizes = batching.sample_sizes(config, topics, resumed[0] if resumed else {})
-    per_batch = batching.records_per_batch(cfg.max_batch_bytes, sizes, cfg.max_offsets_per_trigger)
+    per_batch = batching.records_per_batch(cfg.batch_bytes, sizes, cfg.batch_records)
     log.info("follower=%s max_records_per_batch=%d sampled=%d", cfg.name, per_batch, len(sizes))
     source = (
         spark.readStream.format("kafka")
