@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stop_on_sigterm()
 
-    from cdcsync.config import load_config
+    from cdcsync.config_file import load_config
     from cdcsync.connectors.apply import apply
     from cdcsync.db import connect_postgres
 

@@ -70,7 +70,7 @@ def origin_option(help: str) -> Any:
 
 
 def load(ctx: click.Context) -> Any:
-    from cdcsync.config import load_config
+    from cdcsync.config_file import load_config
 
     return load_config(ctx.obj["config_path"])
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from cdcsync.config import Config, load_config
+from cdcsync.config import Config
+from cdcsync.config_file import load_config
 from tests.support import ENV
 
 
