@@ -67,22 +67,16 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str], origin: dict[str, st
             if isinstance(kafka, dict):
                 kafka.setdefault(key, {})[prop] = env[var]
                 origin[f"kafka.{key}.{prop}"] = f"environment variable {var}"
-    for index, follower in enumerate(raw.get("followers") or []):
-        if not isinstance(follower, dict) or not isinstance(follower.get("name"), str):
-            continue
-        for key in FOLLOWER_ENV_FIELDS:
-            var = f"{ENV_PREFIX}FOLLOWER_{follower['name'].upper()}_{key.upper()}"
-            if var in env:
-                follower[key] = env[var]
-                origin[f"followers[{index}].{key}"] = f"environment variable {var}"
-    for index, source in enumerate(raw.get("sources") or []):
-        if not isinstance(source, dict) or not isinstance(source.get("name"), str):
-            continue
-        for key in SOURCE_ENV_FIELDS:
-            var = f"{ENV_PREFIX}SOURCE_{source['name'].upper()}_{key.upper()}"
-            if var in env:
-                source[key] = env[var]
-                origin[f"sources[{index}].{key}"] = f"environment variable {var}"
+    named = (("followers", "FOLLOWER", FOLLOWER_ENV_FIELDS), ("sources", "SOURCE", SOURCE_ENV_FIELDS))
+    for section, kind, fields in named:
+        for index, entry in enumerate(raw.get(section) or []):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                continue
+            for key in fields:
+                var = f"{ENV_PREFIX}{kind}_{entry['name'].upper()}_{key.upper()}"
+                if var in env:
+                    entry[key] = env[var]
+                    origin[f"{section}[{index}].{key}"] = f"environment variable {var}"
 
 
 def _short(value: Any) -> str:
