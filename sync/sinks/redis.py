@@ -14,10 +14,13 @@ Guarantees (``cdcsync.sync.sink``):
   the whole hash (DEL then HSET, so dropped columns do not linger) and clears
   the marker; a delete removes the row and records the marker. Versions are
   compared as decimal strings, never as Lua numbers (doubles lose precision
-  above 2^53, and versions use 63 bits). One script call applies many rows in
-  order and answers per row: a call per row spent most of its time on per-call
-  costs. Calls are bounded (``ROWS_PER_CALL``, ``BYTES_PER_CALL``) because a
-  running script makes every other client of the server wait.
+  above 2^53, and versions use 63 bits). One script call applies many rows of
+  one target in order, naming the target's marker hash and journal once, and
+  answers with one string of a byte per row (plus the refused rows' errors):
+  a call per row spent most of its time on per-call costs, and a reply per row
+  on the client's parsing. Calls are bounded (``ROWS_PER_CALL``,
+  ``BYTES_PER_CALL``) because a running script makes every other client of the
+  server wait.
 - **Deletes remove the row** and leave a marker, so a replayed older write
   cannot resurrect it, and a delete of a row the sink never saw still wins
   over the older snapshot of it arriving later. Trade-off: markers are kept,
@@ -301,37 +304,39 @@ class RedisSink:
     # ------------------------------------------------------------------ write
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
-        """Apply the rows in script calls of many rows each, several calls pipelined per round trip."""
+        """Apply the rows in script calls of many rows of one target each, several calls pipelined per round trip."""
         result = WriteResult()
-        calls: list[_Call] = [_Call()]
+        calls: list[_Call] = []
+        filling: dict[str, _Call] = {}  # target -> its call being filled
         for row in rows:
             self._check_target(row.target)
             try:
-                keys, encoded = self._script_args(row)
+                key, encoded = self._script_args(row)
             except ValueError as err:
                 result.rejected.append((row, str(err)))
                 continue
-            if calls[-1].full(len(encoded)):
-                calls.append(_Call())
-            calls[-1].add(row, keys, encoded)
-        calls = [call for call in calls if call.rows]
+            call = filling.get(row.target)
+            if call is None or call.full(len(encoded)):
+                call = filling[row.target] = _Call(self.marker_key(row.target), self.journal_key(row.target))
+                calls.append(call)
+            call.add(row, key, encoded)
         for start in range(0, len(calls), CALLS_PER_ROUND):
             result = result.merge(self._apply(calls[start : start + CALLS_PER_ROUND]))
         return result  # the follower logs the batch's counts
 
-    def _script_args(self, row: Row) -> tuple[list[str], bytes]:
-        """The row's keys and its JSON array for the apply script (layout above APPLY)."""
+    def _script_args(self, row: Row) -> tuple[str, bytes]:
+        """The row's key and its JSON array for the apply script (layout above APPLY)."""
         if row.version < 0:  # the script compares canonical non-negative decimal strings
             raise ValueError(f"version {row.version} is negative")
-        keys = [self.row_key(row.target, row.doc_id), self.marker_key(row.target), self.journal_key(row.target)]
+        key = f"{self._space}:{row.target}:{row.doc_id}"  # row_key, inline: once per row
         head = [row.doc_id, str(row.version)]
         if row.doc is None:
-            return keys, orjson.dumps([*head, "d"])
+            return key, orjson.dumps([*head, "d"])
         fields = self.stored_form(row.doc)
         if VERSION_FIELD in fields:
             raise ValueError(f"column {VERSION_FIELD!r} collides with the version field of the Redis sink")
         try:
-            return keys, orjson.dumps([*head, "u", *(part for item in fields.items() for part in item)])
+            return key, orjson.dumps([*head, "u", fields])
         except orjson.JSONEncodeError as err:  # a lone surrogate: no UTF-8 form to store
             raise ValueError(f"a field or value is not valid unicode: {err}") from None
 
@@ -348,25 +353,31 @@ class RedisSink:
         return result
 
     def _outcomes(self, call: _Call, reply: Any) -> WriteResult:
-        """Count one call's per-row replies; an answer that is not one of them stops the batch."""
+        """Count one call's answer (a byte per row, then the refused rows' errors); any other answer stops the batch."""
         if isinstance(reply, RedisError):
             if classify(reply) != "script":
                 raise self._mapped(reply, "write")
             return WriteResult(rejected=[(row, str(reply)) for row, _, _ in call.rows])  # a call of one row
-        if not isinstance(reply, list) or len(reply) != len(call.rows):
+        statuses = reply[0] if isinstance(reply, list) and reply else None
+        if (
+            not isinstance(statuses, str)
+            or len(statuses) != len(call.rows)
+            or len(reply) != 1 + statuses.count("e")
+            or statuses.count("1") + statuses.count("0") + statuses.count("e") != len(statuses)
+        ):
             raise FatalError(f"redis {self.url}: the apply script answered {len(call.rows)} rows with {reply!r:.200}")
-        result = WriteResult()
-        for (row, _, _), status in zip(call.rows, reply, strict=True):
-            if isinstance(status, RedisError):
-                if classify(status) != "reject":
-                    raise self._mapped(status, "write")
-                result.rejected.append((row, str(status)))
-            elif status == 1:
-                result.applied += 1
-            elif status == 0:
-                result.older += 1
-            else:
-                raise FatalError(f"redis {self.url}: the apply script answered {status!r:.200} for a row")
+        result = WriteResult(applied=statuses.count("1"), older=statuses.count("0"))
+        if len(reply) > 1:
+            errors = iter(reply[1:])
+            for (row, _, _), status in zip(call.rows, statuses, strict=True):
+                if status != "e":
+                    continue
+                error = next(errors)
+                if not isinstance(error, RedisError):
+                    raise FatalError(f"redis {self.url}: the apply script answered {error!r:.200} for a refused row")
+                if classify(error) != "reject":
+                    raise self._mapped(error, "write")
+                result.rejected.append((row, str(error)))
         return result
 
     def _evalsha_all(self, sha: str, calls: Sequence[tuple[list[str], Sequence[str | bytes]]]) -> list[Any]:
@@ -489,26 +500,28 @@ _ACL_REFUSAL = "can't run this command or subcommand"
 
 @dataclass
 class _Call:
-    """The rows of one apply script call, each with its keys (row, marker hash, journal) and its JSON array."""
+    """One apply script call: a target's marker hash and journal, and its rows, each with its key and JSON array."""
 
-    rows: list[tuple[Row, list[str], bytes]] = field(default_factory=list)
+    marker: str
+    journal: str
+    rows: list[tuple[Row, str, bytes]] = field(default_factory=list)
     size: int = 0  # bytes of JSON so far
 
     def full(self, more: int) -> bool:
         """Whether ``more`` bytes of JSON would pass a bound (a call of one row never is)."""
         return bool(self.rows) and (len(self.rows) >= ROWS_PER_CALL or self.size + more > BYTES_PER_CALL)
 
-    def add(self, row: Row, keys: list[str], encoded: bytes) -> None:
-        self.rows.append((row, keys, encoded))
+    def add(self, row: Row, key: str, encoded: bytes) -> None:
+        self.rows.append((row, key, encoded))
         self.size += len(encoded)
 
     def args(self) -> tuple[list[str], list[str | bytes]]:
         """KEYS and ARGV of the call."""
-        keys = [key for _, pair, _ in self.rows for key in pair]
+        keys = [self.marker, self.journal, *(key for _, key, _ in self.rows)]
         return keys, [b"[" + b",".join(encoded for _, _, encoded in self.rows) + b"]"]
 
     def split(self) -> list[_Call]:
-        return [_Call([part], len(part[2])) for part in self.rows]
+        return [_Call(self.marker, self.journal, [part], len(part[2])) for part in self.rows]
 
 
 def _chunks(items: Iterable[str]) -> Iterator[list[str]]:

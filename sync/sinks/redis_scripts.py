@@ -21,47 +21,55 @@ local function newer(a, b)
   return false
 end
 """
-# Applies many rows in one call. KEYS: per row, its key, its target's marker hash and its target's
-# journal (a set that exists only while a reindex of the target runs, ``RedisSink.stage``). ARGV[1]: a
-# JSON array with one array of strings per row, in KEYS order: doc id, version, op ('u' | 'd'), then
-# field, value, ... (one JSON argument instead of a dozen per row: redis-py's packing of many small
-# arguments cost more than the server's work). Every value is a JSON string, so cjson gives back the
-# exact bytes and never a number. Returns one reply per row, in order: 1 applied, 0 older (the store
-# holds this version or a newer one), or the error of the command Redis refused for that row.
-# redis.pcall turns such an error into a value, so one refused row does not abort the rows after it.
-# A row applied while its target's journal exists adds its id there, in the same atomic call: the
-# publish of the reindex then knows the running follower wrote that key after the stage began.
+# Applies many rows of one target in one call. KEYS[1]: the target's marker hash; KEYS[2]: its journal
+# (a set that exists only while a reindex of the target runs, ``RedisSink.stage``); KEYS[2 + i]: row i's
+# key. ARGV[1]: a JSON array with one array per row, in KEYS order: doc id, version, op ('u' | 'd'),
+# then for 'u' an object of field -> value (one JSON argument instead of a dozen per row: redis-py's
+# packing of many small arguments cost more than the server's work). Every id, version and value is a
+# JSON string, so cjson gives back the exact bytes and never a number.
+# Answers an array: first a string of one byte per row, in order: '1' applied, '0' older (the store
+# holds this version or a newer one), 'e' refused; then the error of each refused row, in the same
+# order (the command Redis refused for it). One string, not a reply per row: the client's parsing of a
+# hundred replies cost more than the rows' commands. redis.pcall turns a refusal into a value, so one
+# refused row does not abort the rows after it. A row applied while the journal exists adds its id
+# there, in the same atomic call: the publish of the reindex then knows the running follower wrote that
+# key after the stage began.
 APPLY = (
     NEWER
     + """
 local SLICE = 1000  -- field and value strings per HSET: unpack() is bounded by Lua's C stack (~8000)
+local marker, journal = KEYS[1], KEYS[2]
 
 local function failed(reply) return type(reply) == 'table' end  -- only an error reply is a table here
 
-local function hset(key, version, r)
-  local reply = redis.pcall('HSET', key, '_v', version, unpack(r, 4, math.min(3 + SLICE, #r)))
-  for at = 4 + SLICE, #r, SLICE do
-    if failed(reply) then return reply end
-    reply = redis.pcall('HSET', key, unpack(r, at, math.min(at + SLICE - 1, #r)))
+local function hset(key, version, doc)
+  local args, n = {'_v', version}, 2
+  for f, v in pairs(doc) do
+    args[n + 1], args[n + 2] = f, v
+    n = n + 2
+    if n >= SLICE then
+      local reply = redis.pcall('HSET', key, unpack(args, 1, n))
+      if failed(reply) then return reply end
+      args, n = {}, 0
+    end
   end
-  return reply
+  if n > 0 then return redis.pcall('HSET', key, unpack(args, 1, n)) end
+  return 0
 end
 
-local journals = {}  -- journal key -> whether it exists: asked once per call and key
+local open = nil  -- whether the journal exists: asked once per call
 
-local function note(journal, id)
-  local open = journals[journal]
+local function note(id)
   if open == nil then
-    open = redis.pcall('EXISTS', journal)
-    if failed(open) then return open end
-    open = open == 1
-    journals[journal] = open
+    local exists = redis.pcall('EXISTS', journal)
+    if failed(exists) then return exists end
+    open = exists == 1
   end
   if open then return redis.pcall('SADD', journal, id) end
   return 0
 end
 
-local function apply(row, marker, journal, r)
+local function apply(row, r)
   local id, version = r[1], r[2]
   -- The reads come first: a key of another type refuses the row before anything is written.
   local held = redis.pcall('HGET', row, '_v')
@@ -71,25 +79,32 @@ local function apply(row, marker, journal, r)
   if failed(deleted) then return deleted end
   if deleted and not newer(version, deleted) then return 0 end
   -- Noted before the writes: a journaled id that then fails only gets the version rule at publish.
-  local reply = note(journal, id)
+  local reply = note(id)
   if failed(reply) then return reply end
   reply = redis.pcall('DEL', row)
   if failed(reply) then return reply end
   if r[3] == 'd' then
     reply = redis.pcall('HSET', marker, id, version)
   else
-    reply = hset(row, version, r)
+    reply = hset(row, version, r[4])
     if deleted and not failed(reply) then reply = redis.pcall('HDEL', marker, id) end
   end
   if failed(reply) then return reply end
   return 1
 end
 
-local replies = {}
+local statuses, answer = {}, {''}
 for i, r in ipairs(cjson.decode(ARGV[1])) do
-  replies[i] = apply(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], r)
+  local reply = apply(KEYS[2 + i], r)
+  if reply == 1 then statuses[i] = '1'
+  elseif reply == 0 then statuses[i] = '0'
+  else
+    statuses[i] = 'e'
+    answer[#answer + 1] = reply
+  end
 end
-return replies
+answer[1] = table.concat(statuses)
+return answer
 """
 )
 # Publish, first pass: drop the live rows or live markers the rebuilt generation knows nothing about,

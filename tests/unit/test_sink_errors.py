@@ -28,6 +28,7 @@ from cdcsync.events import Change
 from cdcsync.sync.sink import Row
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from cdcsync.sync.sinks.redis import RedisSink
+from tests.unit.test_redis_replies import per_row
 
 
 def rows(n: int) -> list[Row]:
@@ -87,7 +88,7 @@ def test_a_redis_error_that_passes_or_is_unknown_retries_the_batch_and_rejects_n
     monkeypatch: pytest.MonkeyPatch, error: RedisError
 ) -> None:
     with pytest.raises(RetryableError, match="redis"):
-        redis_answering(monkeypatch, [1, error, 1]).write(1, rows(3))  # one row's answer
+        redis_answering(monkeypatch, per_row(1, error, 1)).write(1, rows(3))  # one row's answer
     with pytest.raises(RetryableError, match="redis"):
         redis_answering(monkeypatch, error).write(1, rows(3))  # the whole call's answer
 
@@ -97,19 +98,19 @@ def test_a_redis_refusal_a_person_must_fix_stops_the_follower_and_rejects_no_row
     monkeypatch: pytest.MonkeyPatch, error: RedisError
 ) -> None:
     with pytest.raises(FatalError, match="redis"):
-        redis_answering(monkeypatch, [1, error, 1]).write(1, rows(3))
+        redis_answering(monkeypatch, per_row(1, error, 1)).write(1, rows(3))
     with pytest.raises(FatalError, match="redis"):
         redis_answering(monkeypatch, error).write(1, rows(3))
 
 
 def test_an_acl_refusal_inside_the_script_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(FatalError, match="ACL"):
-        redis_answering(monkeypatch, [ResponseError(ACL_REFUSAL)] * 3).write(1, rows(3))
+        redis_answering(monkeypatch, per_row(*[ResponseError(ACL_REFUSAL)] * 3)).write(1, rows(3))
 
 
 def test_wrongtype_rejects_its_row_only(monkeypatch: pytest.MonkeyPatch) -> None:
     refused = ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
-    result = redis_answering(monkeypatch, [1, refused, 0]).write(1, rows(3))
+    result = redis_answering(monkeypatch, per_row(1, refused, 0)).write(1, rows(3))
     assert (result.applied, result.older) == (1, 1)
     assert [(row.doc_id, reason) for row, reason in result.rejected] == [("1", str(refused))]
 

@@ -94,6 +94,27 @@ def test_upsert_reads_back_as_its_stored_form(sink: RedisSink, client: redis.Red
     }
 
 
+def test_one_write_of_interleaved_targets_applies_each_in_its_own_target(sink: RedisSink, client: redis.Redis) -> None:
+    # Script calls are one target's rows each (the call names its marker hash and journal once): rows of
+    # two targets interleaved, with deletes, an empty document and a refused row, land where they belong.
+    sink.open([TableMapping("public.orders", "orders")])
+    client.set(sink.row_key("orders", "3"), "not a hash")
+    sink.write(1, [upsert("items", 2, 5, name="old"), upsert("orders", 2, 5, total="1")])
+    rows = []
+    for i in range(1, 251):
+        rows.append(upsert("items", i, 10, name=f"i{i}"))
+        rows.append(delete("orders", i, 10) if i % 2 == 0 else upsert("orders", i, 10, total=str(i)))
+    rows.append(Row(upsert("items", 0, 10).change, "items", "0", {}))
+    result = sink.write(2, rows)
+    assert (result.applied, result.older) == (501 - 1, 0)
+    assert [row.doc_id for row, _ in result.rejected] == ["3"] and "WRONGTYPE" in result.rejected[0][1]
+    items, orders = sink.held("items"), sink.held("orders")
+    assert items == {str(i): (10, {"id": str(i), "name": f"i{i}"}) for i in range(1, 251)} | {"0": (10, {})}
+    assert orders == {str(i): (10, {"id": str(i), "total": str(i)}) for i in range(1, 251, 2) if i != 3}
+    assert client.hgetall(sink.marker_key("orders")) == {str(i): "10" for i in range(2, 251, 2)}
+    assert not client.exists(sink.marker_key("items"))
+
+
 def test_older_version_after_a_newer_one_is_older(sink: RedisSink) -> None:
     assert sink.write(1, [upsert("items", 1, 20, name="new")]).applied == 1
     result = sink.write(2, [upsert("items", 1, 10, name="old")])
@@ -267,9 +288,9 @@ def test_a_script_failure_outside_any_command_rejects_only_its_row(
 ) -> None:
     script_args = sink._script_args
 
-    def corrupt(row: Row) -> tuple[list[str], bytes]:
-        keys, encoded = script_args(row)
-        return keys, (b"not json" if row.doc_id == "5" else encoded)  # cjson fails: the whole call errors
+    def corrupt(row: Row) -> tuple[str, bytes]:
+        key, encoded = script_args(row)
+        return key, (b"not json" if row.doc_id == "5" else encoded)  # cjson fails: the whole call errors
 
     monkeypatch.setattr(sink, "_script_args", corrupt)
     result = sink.write(1, [upsert("items", i, 10, name=f"n{i}") for i in range(10)])
