@@ -56,14 +56,16 @@ CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark
 
 
 def default_master() -> str:
-    """``local[2 x cores, 4]``: twice the task slots of the cores, and up to 4 attempts per task.
+    """``local[4 x cores, 4]``: four task slots per core, and up to 4 attempts per task.
 
     Plain ``local[N]`` runs each task once, so one lost task fails the batch
-    and the query. The extra slots keep followers apart: a follower whose
-    sink hangs holds its tasks' slots while it waits, and the others still
-    find free ones (their work is mostly waiting on their own sinks too).
+    and the query. The extra slots keep followers apart: a follower's full
+    batch takes two tasks per core (``sync.batching.task_options``), and one
+    whose sink hangs holds its tasks' slots while it waits; the others still
+    find half the slots free (their work is mostly waiting on their own sinks
+    too).
     """
-    return f"local[{2 * (os.cpu_count() or 1)},4]"
+    return f"local[{4 * (os.cpu_count() or 1)},4]"
 
 
 def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:

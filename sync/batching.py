@@ -25,6 +25,7 @@ from cdcsync.config import Config
 
 SAMPLE = 200  # records per partition
 MIN_RECORDS = 50
+TASKS_PER_CORE_BEHIND = 2  # tasks per core of a full batch, locally (task_options)
 
 
 def records_per_batch(max_batch_bytes: int, sizes: list[int], configured: int) -> int:
@@ -34,6 +35,27 @@ def records_per_batch(max_batch_bytes: int, sizes: list[int], configured: int) -
     ordered = sorted(sizes)
     p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
     return max(MIN_RECORDS, min(configured, max_batch_bytes // max(p90, 1)))
+
+
+def task_options(per_batch: int, cores: int, local: bool) -> dict[str, str]:
+    """How Spark's Kafka source splits a batch of an order-free follower into tasks (``sync.executors``).
+
+    At least one task per core (``minPartitions``): a batch of a follower that
+    keeps up, a few hundred records, costs each task's fixed start once per
+    core. Locally, a full batch (a follower behind) is split further, into
+    ``TASKS_PER_CORE_BEHIND`` tasks per core (``maxRecordsPerPartition``): a
+    task's time is mostly its Python worker's, one GIL each, and a worker
+    waits on its sink's round trips; with one task per core the other waits
+    for the slower one. The local master keeps twice that many task slots
+    (``cdcsync.spark.default_master``), so a follower whose sink hangs holds at
+    most half of them. On a cluster a batch takes one task per executor core,
+    as before.
+    """
+    options = {"minPartitions": str(cores)}
+    if local:
+        split = TASKS_PER_CORE_BEHIND * cores
+        options["maxRecordsPerPartition"] = str(max(1, -(-per_batch // split)))
+    return options
 
 
 def sample_sizes(

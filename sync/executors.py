@@ -5,7 +5,8 @@ and map every record while the Kafka read waits for it to finish. Here each
 Spark task runs ``Follower.process`` in a Python worker on its slice of the
 batch: the JVM streams Arrow batches to the worker while it reads Kafka, the
 worker writes a chunk while it parses the next, and tasks run side by side
-(one per core in ``local[*]``, one per executor core on a cluster).
+(at least one per core, and locally two per core when the follower is behind:
+``sync.batching.task_options``; one per executor core on a cluster).
 
 Why this is still effectively once, in order:
 

@@ -137,13 +137,13 @@ def start_query(
         .options(**{f"kafka.{k}": v for k, v in config.kafka.java_properties.items()})
     )
     if cfg.kind in executors.ORDER_FREE_KINDS:
-        # Split each Kafka partition's slice of a batch so every core gets a task (see sync.executors).
-        # Locally, one task per core, not per task slot: the master has more slots than cores (cdcsync.spark).
+        # Split each Kafka partition's slice of a batch so every core gets a task, a full batch locally two
+        # per core (sync.batching.task_options). Cores, not task slots: the local master has more (cdcsync.spark).
         context = spark.sparkContext
-        tasks = context.defaultParallelism
-        if (context.master or "").startswith("local"):
-            tasks = min(tasks, os.cpu_count() or 1)
-        source = source.option("minPartitions", str(tasks))
+        cores, local = context.defaultParallelism, (context.master or "").startswith("local")
+        if local:
+            cores = min(cores, os.cpu_count() or 1)
+        source = source.options(**batching.task_options(per_batch, cores, local))
         batch = executors.batch_function(config, follower)
     else:
 

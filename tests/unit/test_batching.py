@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdcsync.sync.batching import MIN_RECORDS, records_per_batch
+from cdcsync.sync.batching import MIN_RECORDS, records_per_batch, task_options
 
 MIB = 1024 * 1024
 
@@ -35,3 +35,21 @@ def test_batch_limits_default_by_sink_kind_and_follow_the_config() -> None:
         name="c", kind="redis", url="redis://cache:6379/0", max_offsets_per_trigger=500, max_batch_bytes=2 * MIB
     )
     assert (tuned.batch_records, tuned.batch_bytes) == (500, 2 * MIB)
+
+
+def spark_tasks(options: dict[str, str], records: int) -> int:
+    """How many tasks Spark's Kafka source makes of one partition's ``records`` (KafkaOffsetRangeCalculator)."""
+    tasks = -(-records // int(options["maxRecordsPerPartition"])) if "maxRecordsPerPartition" in options else 1
+    return max(tasks, int(options["minPartitions"]))
+
+
+def test_a_full_batch_takes_two_tasks_per_core_locally_and_a_small_one_one() -> None:
+    options = task_options(122_016, cores=2, local=True)
+    assert spark_tasks(options, 122_016) == 4  # a follower behind: every core has two workers' GILs to switch to
+    assert spark_tasks(options, 121_000) == 4
+    assert spark_tasks(options, 900) == 2  # one that keeps up: a task's fixed start once per core
+    assert spark_tasks(task_options(1, cores=2, local=True), 1) == 2
+
+
+def test_on_a_cluster_a_batch_takes_one_task_per_executor_core() -> None:
+    assert task_options(122_016, cores=8, local=False) == {"minPartitions": "8"}
