@@ -56,16 +56,17 @@ CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark
 
 
 def default_master() -> str:
-    """``local[4 x cores, 4]``: four task slots per core, and up to 4 attempts per task.
+    """``local[3 x cores, 4]``: three task slots per core, and up to 4 attempts per task.
 
     Plain ``local[N]`` runs each task once, so one lost task fails the batch
     and the query. The extra slots keep followers apart: a follower's full
     batch takes two tasks per core (``sync.batching.task_options``), and one
     whose sink hangs holds its tasks' slots while it waits; the others still
-    find half the slots free (their work is mostly waiting on their own sinks
-    too).
+    find one slot per core free (their work is mostly waiting on their own
+    sinks too). Each slot can keep a Python worker alive (~220 MB each with
+    wide rows), which is why there are not more (docs/daemon.md, "Memory").
     """
-    return f"local[{4 * (os.cpu_count() or 1)},4]"
+    return f"local[{3 * (os.cpu_count() or 1)},4]"
 
 
 def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
