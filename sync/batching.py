@@ -48,8 +48,8 @@ def task_options(per_batch: int, cores: int, local: bool) -> dict[str, str]:
     waits on its sink's round trips; with one task per core the other waits
     for the slower one. The local master keeps one more slot per core
     (``cdcsync.spark.default_master``), so a follower whose sink hangs leaves
-    one slot per core to the others, as before this split. On a cluster a batch takes one task per executor core,
-    as before.
+    one slot per core to the others, as before this split. On a cluster a
+    batch takes one task per executor core, as before.
     """
     options = {"minPartitions": str(cores)}
     if local:

@@ -328,7 +328,7 @@ class RedisSink:
         """The row's key and its JSON array for the apply script (layout above APPLY)."""
         if row.version < 0:  # the script compares canonical non-negative decimal strings
             raise ValueError(f"version {row.version} is negative")
-        key = f"{self._space}:{row.target}:{row.doc_id}"  # row_key, inline: once per row
+        key = self.row_key(row.target, row.doc_id)
         head = [row.doc_id, str(row.version)]
         if row.doc is None:
             return key, orjson.dumps([*head, "d"])
