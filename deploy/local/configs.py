@@ -8,9 +8,21 @@ wait, stop, pid files) and calls these for what to write and run.
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 Env = dict[str, str]
+
+
+def kafka_cluster_id(raw: bytes) -> str:
+    """The id ``kafka-storage format`` gets for a new cluster: ``raw`` (16 random bytes) in URL-safe base64.
+
+    Never with a leading ``-``: the storage tool's argument parser takes such an
+    id for an option and the format fails (``--cluster-id: expected one
+    argument``), one fresh machine in 64. Kafka's own random ids avoid it too.
+    """
+    text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return "A" + text[1:] if text.startswith("-") else text
 
 
 def postgresql_conf(env: Env, run: Path) -> str:

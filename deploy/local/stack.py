@@ -20,7 +20,6 @@ come up in time fails ``up`` with exit 1, naming it and the path of its log.
 from __future__ import annotations
 
 import argparse
-import base64
 import glob
 import json
 import os
@@ -355,7 +354,7 @@ def kafka_start() -> None:
     conf.write_text(configs.kafka_properties(ENV, data))
     own(data)
     if not (data / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = configs.kafka_cluster_id(uuid.uuid4().bytes)
         done = run_as_service(java_cmd("kafka", "256m", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf)))
         if done.returncode:
             raise StackError(f"kafka: formatting storage failed\n{done.stdout}{done.stderr}")
