@@ -107,36 +107,63 @@ answer[1] = table.concat(statuses)
 return answer
 """
 )
-# Publish, first pass: drop the live rows or live markers the rebuilt generation knows nothing about,
-# many ids per call (a call per id spent most of a publish on per-call costs). KEYS[1]: the staged
-# marker hash; KEYS[2]: the journal; then per id: the live row key (or the live marker hash) and the
-# staged row key. ARGV[1]: 'row' | 'marker'; then the ids, in KEYS order. An id stays when the staged
-# generation has a row or a marker for it (the second pass replaces it) or when the running follower
-# wrote it since the stage began (journal). Returns how many it dropped.
-PURGE = """
+# The ids a publish call covers, in one of two forms. By id: ARGV[1] 'row' | 'marker', then the ids; per id,
+# two KEYS in the order each script names. By scan, for rows: ARGV[1] 'scan', ARGV[2] a SCAN cursor, ARGV[3]
+# its MATCH pattern, ARGV[4] the head of the matched keys (the id follows it), ARGV[5] the head of the other
+# generation's row keys, ARGV[6] SCAN's COUNT; the matched key comes first, the other second. The server
+# finds the keys itself, so no key travels to the client and back: a publish of a million rows spent most of
+# its time scanning them into the client and sending them back. Both forms answer {cursor, count}; the
+# cursor is '0' when there is no more to scan, and always '0' by id.
+PUBLISH_IDS = """
+local function ids()
+  local list = {}
+  if ARGV[1] ~= 'scan' then
+    for i = 2, #ARGV do list[#list + 1] = {ARGV[i], KEYS[2 * i - 1], KEYS[2 * i]} end
+    return ARGV[1] == 'row', list, '0'
+  end
+  local found, head = redis.call('SCAN', ARGV[2], 'MATCH', ARGV[3], 'COUNT', ARGV[6]), #ARGV[4]
+  for _, key in ipairs(found[2]) do
+    local id = string.sub(key, head + 1)
+    list[#list + 1] = {id, key, ARGV[5] .. id}
+  end
+  return true, list, found[1]
+end
+"""
+# Publish, first pass: drop the live rows or live markers the rebuilt generation knows nothing about, many
+# ids per call (a call per id spent most of a publish on per-call costs). KEYS[1]: the staged marker hash;
+# KEYS[2]: the journal; per id (PUBLISH_IDS): the live row key (or the live marker hash) and the staged row
+# key. An id stays when the staged generation has a row or a marker for it (the second pass replaces it) or
+# when the running follower wrote it since the stage began (journal). Counts what it dropped.
+PURGE = (
+    PUBLISH_IDS
+    + """
+local row, list, cursor = ids()
 local dropped = 0
-for i = 2, #ARGV do
-  local id, live, staged = ARGV[i], KEYS[2 * i - 1], KEYS[2 * i]
+for _, entry in ipairs(list) do
+  local id, live, staged = entry[1], entry[2], entry[3]
   if redis.call('EXISTS', staged) == 0 and redis.call('HEXISTS', KEYS[1], id) == 0
      and redis.call('SISMEMBER', KEYS[2], id) == 0 then
-    if ARGV[1] == 'row' then dropped = dropped + redis.call('DEL', live)
+    if row then dropped = dropped + redis.call('DEL', live)
     else dropped = dropped + redis.call('HDEL', live, id) end
   end
 end
-return dropped
+return {cursor, dropped}
 """
+)
 # Publish, second pass: staged keys over live ones, many ids per call. KEYS[1]: the live marker hash;
-# KEYS[2]: the journal; then per id: the staged row key (or the staged marker hash) and the live row
-# key. ARGV[1]: 'row' | 'marker'; then the ids, in KEYS order. The staged state replaces the live one,
+# KEYS[2]: the journal; per id (PUBLISH_IDS): the staged row key (or the staged marker hash) and the live
+# row key. The staged state replaces the live one,
 # unless the running follower wrote the key since the stage began (its id is in the journal) with a
 # newer version than the staged one; on a tie the staged state wins (it carries the reindex's mapping).
 # A live key the follower did not write since the stage began reflects an earlier offset than the
 # staged generation, so it is replaced whatever its version says: that is what resets a stale marker.
-# Returns how many staged states replaced the live one.
+# Counts the staged states that replaced the live one.
 PROMOTE = (
     NEWER
+    + PUBLISH_IDS
     + """
-local marker, journal, row = KEYS[1], KEYS[2], ARGV[1] == 'row'
+local marker, journal = KEYS[1], KEYS[2]
+local row, list, cursor = ids()
 -- Asked once per call: whether the follower wrote anything since the stage (the journal holds more
 -- than the member that opened it) and whether the live marker hash exists. A bootstrap's publish,
 -- with neither, costs one RENAME per row.
@@ -186,10 +213,10 @@ local function promote(id, staged, live)
 end
 
 local promoted = 0
-for i = 2, #ARGV do
-  promoted = promoted + promote(ARGV[i], KEYS[2 * i - 1], KEYS[2 * i])
+for _, entry in ipairs(list) do
+  promoted = promoted + promote(entry[1], entry[2], entry[3])
 end
-return promoted
+return {cursor, promoted}
 """
 )
 SCRIPTS = {

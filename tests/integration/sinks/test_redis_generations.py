@@ -123,3 +123,22 @@ def test_a_new_stage_drops_the_journal_and_generation_of_a_killed_one(prefix: st
     assert [k for k in client.scan_iter(match=f"{prefix}~*") if "written" not in k] == []
     for sink in (live, killed, again):
         sink.close()
+
+
+def test_a_publish_finds_keys_whose_ids_hold_glob_characters(prefix: str, client: redis.Redis) -> None:
+    """The server scans with a pattern of the key head: an id's own ``*``, ``[``, ``?``, ``\\`` or ``:`` is not
+    part of it, and a target whose name starts like another's is not scanned with it."""
+    odd = ["a*b", "[x]", "q?", "c:d", "e\\f", "plain"]
+    mappings = [*ITEMS, TableMapping("public.items_more", "items_more")]
+    live = RedisSink("redis-test", REDIS_URL, prefix=prefix)
+    live.open(mappings)
+    live.write(1, [upsert("items", i, 10, name="old") for i in odd] + [upsert("items_more", "a*b", 10, name="other")])
+    reindex = RedisSink("redis-test", REDIS_URL, prefix=prefix)
+    reindex.stage(ITEMS)
+    reindex.write(2, [upsert("items", i, 20, name="rebuilt") for i in odd[:3]])
+    reindex.publish()
+    assert live.held("items") == {i: (20, {"id": i, "name": "rebuilt"}) for i in odd[:3]}
+    assert live.held("items_more") == {"a*b": (10, {"id": "a*b", "name": "other"})}
+    assert not list(client.scan_iter(match=f"{prefix}~*"))
+    live.close()
+    reindex.close()

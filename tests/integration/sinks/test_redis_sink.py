@@ -26,7 +26,7 @@ from tests.support import ENV, uid
 REDIS_URL = f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0"
 
 
-def upsert(target: str, doc_id: int, version: int, **fields: Any) -> Row:
+def upsert(target: str, doc_id: int | str, version: int, **fields: Any) -> Row:
     doc = {"id": doc_id, **fields}
     change = Change("test", "public.items", "u", {"id": doc_id}, doc, None, version, "topic", 0, version)
     return Row(change, target, str(doc_id), doc)
