@@ -26,7 +26,7 @@ Guarantees (``cdcsync.sync.sink``):
   over the older snapshot of it arriving later. Trade-off: markers are kept,
   one hash field (id + version, some tens of bytes) per deleted row, until a
   reindex replaces them with the rebuilt generation's.
-- **Errors** (``classify``; the sink contract's rule: only an error about
+- **Errors** (``redis_errors.classify``; the sink contract's rule: only an error about
   that one row rejects it, every other one stops the batch). A rejected row
   writes nothing: the script runs each command with ``redis.pcall`` and
   returns its error as that row's answer, and a row's reads come before its
@@ -119,20 +119,12 @@ from typing import Any
 
 import orjson
 import redis
-from redis.exceptions import (
-    AuthenticationError,
-    NoPermissionError,
-    NoScriptError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    RedisError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import NoScriptError, RedisError
 
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
+from cdcsync.sync.sinks.redis_errors import classify, mapped
 from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
 
 log = logging.getLogger(__name__)
@@ -150,15 +142,6 @@ PUBLISH_SCAN_COUNT = "1000"  # keys a publish call scans and moves on the server
 # The member a stage puts in each journal so that it exists (an empty set does not). A doc id equal to it
 # would only be taken as written by the follower: the version rule instead of a plain replace at publish.
 JOURNAL_OPEN = ""
-# How a Redis error is taken (``classify``; the module docstring's table). Only REJECTED_CODES are about
-# one row; every other answer stops the batch, and an answer not listed anywhere is retried, then stops
-# the follower (``Follower.max_attempts``): never a dead letter. Codes are the message's first word, as
-# redis-py leaves it for the codes it maps to no class (in a script's per-row replies: all of them).
-REJECTED_CODES = ("WRONGTYPE",)  # the row's key, or its target's marker hash, holds another type
-RETRYABLE_CODES = frozenset(
-    {"BUSY", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "MISCONF", "NOREPLICAS", "OOM", "READONLY", "TRYAGAIN"}
-)
-FATAL_CODES = frozenset({"ASK", "CROSSSLOT", "MOVED", "NOAUTH", "NOPERM", "WRONGPASS"})
 
 
 class RedisSink:
@@ -432,24 +415,7 @@ class RedisSink:
 
     def _mapped(self, err: RedisError, what: str) -> Exception:
         """A Redis failure mapped onto the two error roots (a per-row reply outside ``write`` is fatal too)."""
-        kind = classify(err)
-        if kind == "retry":
-            return RetryableError(f"redis {self.url} unavailable for {what}: {err}", retry_after=2.0)
-        if kind == "unknown":  # in doubt: retry, and the follower stops after its attempts; never reject
-            return RetryableError(
-                f"redis {self.url}: unclassified error during {what}, retrying: {type(err).__name__}: {err}",
-                retry_after=2.0,
-            )
-        hint = ""
-        if isinstance(err, NoPermissionError) or _ACL_REFUSAL in str(err) or str(err).startswith("NOPERM"):
-            hint = (
-                f"; grant the user of sink {self.name} the commands EVALSHA, SCRIPT LOAD, HGET, HSET, HDEL, HEXISTS,"
-                f" DEL, EXISTS, RENAME, SADD, SISMEMBER, SCAN, HSCAN, UNLINK, HGETALL and the keys {self.prefix}:*"
-                f" and {self.prefix}~* (ACL SETUSER)"
-            )
-        elif str(err).split(" ", 1)[0] in ("MOVED", "ASK", "CROSSSLOT"):
-            hint = "; the redis sink needs one server or a primary with replicas, not Redis Cluster"
-        return FatalError(f"redis {self.url} refused {what}: {type(err).__name__}: {err}{hint}")
+        return mapped(err, what, self.url, self.name, self.prefix)
 
     def _check_target(self, target: str) -> None:
         if not target or ":" in target or target == "_deleted":
@@ -486,35 +452,6 @@ class RedisSink:
 
     def close(self) -> None:
         self._client.close()
-
-
-def classify(err: RedisError) -> str:
-    """How a Redis error is taken: 'reject', 'script', 'retry', 'fatal' or 'unknown' (module docstring).
-
-    'reject': a reply about one row (REJECTED_CODES). 'script': the apply script itself failed (a Lua
-    error, e.g. cjson could not decode a row): its rows are tried one per call, and the row that still
-    fails alone is rejected. 'unknown' is retried like 'retry', its message saying it is unclassified.
-    """
-    if isinstance(err, AuthenticationError | NoPermissionError):
-        return "fatal"
-    # redis-py strips the codes it maps to a class (OOM, READONLY, LOADING); other codes stay in the text.
-    if isinstance(err, RedisConnectionError | RedisTimeoutError | OutOfMemoryError | ReadOnlyError):
-        return "retry"
-    text = str(err)
-    code = text.split(" ", 1)[0]
-    if code in REJECTED_CODES:
-        return "reject"
-    if code in RETRYABLE_CODES or "Script killed by user" in text:  # SCRIPT KILL: the rows did not run
-        return "retry"
-    if code in FATAL_CODES or _ACL_REFUSAL in text or "unknown command" in text:
-        return "fatal"
-    if "user_script:" in text or "Error running script" in text:  # Redis >= 7.0; before 7.0
-        return "script"
-    return "unknown"
-
-
-# What Redis 7.0 answers, with no code, when an ACL keeps the script from running a command.
-_ACL_REFUSAL = "can't run this command or subcommand"
 
 
 @dataclass

@@ -121,7 +121,7 @@ def test_a_script_error_rejects_the_row_it_still_fails_for_when_called_alone(mon
 
 
 def test_redis_classification_of_plain_errors() -> None:
-    from cdcsync.sync.sinks.redis import REJECTED_CODES, classify
+    from cdcsync.sync.sinks.redis_errors import REJECTED_CODES, classify
 
     assert REJECTED_CODES == ("WRONGTYPE",)
     assert classify(ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")) == "reject"
