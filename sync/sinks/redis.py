@@ -73,8 +73,9 @@ the versions say. ``publish`` then makes each live target the staged
 generation plus the follower's writes since the stage, in two passes of script
 calls of many keys each. Rows are found by the server itself: each call SCANs
 on from the previous call's cursor (``PUBLISH_SCAN_COUNT`` keys) and treats
-what it found, so no key goes to the client and back (a publish took 1.4x as
-long when the client scanned the keys and sent them back in script calls).
+what it found, so no key goes to the client and back (the promote pass took
+1.6-2x as long when the client scanned the keys and sent them back;
+``python -m bench.redis_publish``).
 Markers are read with HSCAN and sent back, pipelined in chunks:
 
 1. **purge**: a live row or live marker whose id has neither a staged row
