@@ -292,13 +292,12 @@ class RedisSink:
 
     def _publish_calls(self, sha: str, target: str, kind: str, found: list[tuple[str, str]]) -> None:
         """Run the purge or promote script on (key, id) pairs, ROWS_PER_CALL a call (KEYS: the scripts' comments)."""
-        journal = self.journal_key(target, self.prefix)
+        shared = [self._shared_key(sha, target), self.journal_key(target, self.prefix)]
         space = self._space if sha == PURGE_SHA else self.prefix  # the other generation's row keys
         calls = []
         for start in range(0, len(found), ROWS_PER_CALL):
             part = found[start : start + ROWS_PER_CALL]
-            keys = [self._shared_key(sha, target), journal]
-            keys += [k for key, i in part for k in (key, self.row_key(target, i, space))]
+            keys = [*shared, *(k for key, i in part for k in (key, self.row_key(target, i, space)))]
             calls.append((keys, [kind, *(i for _, i in part)]))
         for reply in self._evalsha_all(sha, calls):
             if isinstance(reply, RedisError):
