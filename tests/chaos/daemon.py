@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 
 from cdcsync.config import Config
@@ -91,3 +95,37 @@ def wait_for_batches(log: Path, followers: tuple[str, ...], within_s: float = 18
         counts = {f: batches(log, f) for f in followers}
     assert all(counts.values()), log.read_text()[-3000:]
     return counts
+
+
+@contextmanager
+def own_redis(tmp: Path) -> Iterator[tuple[int, Any]]:
+    """A redis-server on a free port, durable (AOF); yields its port and a function that (re)starts it."""
+    port, data = free_port(), tmp / "redis"
+    data.mkdir()
+    procs: list[subprocess.Popen] = []
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--appendonly", "yes",
+             "--save", "", "--maxmemory-policy", "noeviction"],
+            stdout=open(tmp / "redis.log", "ab"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if redis.Redis(port=port).ping():
+                    return proc
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, (tmp / "redis.log").read_text()
+                time.sleep(0.2)
+
+    start()
+    try:
+        yield port, start
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(10)

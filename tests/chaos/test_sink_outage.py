@@ -12,58 +12,20 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from cdcsync.connectors.apply import apply
-from tests.chaos.daemon import daemon_config, free_port, start_daemon, verify_until_clean
+from tests.chaos.daemon import daemon_config, free_port, own_redis, start_daemon, verify_until_clean
 from tests.integration.followers import drop_stores, follower_dicts
 from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
 
 OUTAGE_S = float(os.environ.get("CDCSYNC_CHAOS_OUTAGE_S", "75"))
-
-
-@contextmanager
-def own_redis(tmp: Path) -> Iterator[tuple[int, Any]]:
-    """A redis-server on a free port, durable (AOF); yields its port and a function that (re)starts it."""
-    port, data = free_port(), tmp / "redis"
-    data.mkdir()
-    procs: list[subprocess.Popen] = []
-
-    def start() -> subprocess.Popen:
-        proc = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--appendonly", "yes",
-             "--save", "", "--maxmemory-policy", "noeviction"],
-            stdout=open(tmp / "redis.log", "ab"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        procs.append(proc)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if redis.Redis(port=port).ping():
-                    return proc
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, (tmp / "redis.log").read_text()
-                time.sleep(0.2)
-
-    start()
-    try:
-        yield port, start
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait(10)
 
 
 def healthz(port: int) -> tuple[int, str]:
