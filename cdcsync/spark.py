@@ -56,17 +56,19 @@ CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark
 
 
 def default_master() -> str:
-    """``local[3 x cores, 4]``: three task slots per core, and up to 4 attempts per task.
+    """``local[2 x cores + 1, 4]``: two task slots per core and one more, and up to 4 attempts per task.
 
     Plain ``local[N]`` runs each task once, so one lost task fails the batch
-    and the query. The extra slots keep followers apart: a follower's full
-    batch takes two tasks per core (``sync.batching.task_options``), and one
-    whose sink hangs holds its tasks' slots while it waits; the others still
-    find one slot per core free (their work is mostly waiting on their own
-    sinks too). Each slot can keep a Python worker alive (~220 MB each with
-    wide rows), which is why there are not more (docs/daemon.md, "Memory").
+    and the query. A follower's full batch (one that is behind) takes two tasks
+    per core (``sync.batching.task_options``), and one whose sink hangs holds
+    its tasks' slots while it waits: the extra slot is the one the others
+    still find free, whatever that follower holds
+    (``tests/chaos/test_hung_follower_behind.py``). Two followers hung at once
+    can hold every slot. More slots per core cost steady freshness (more tasks
+    at once on the same cores) and memory: each slot can keep a Python worker
+    alive (~220 MB with wide rows; docs/performance.md, "Tasks per batch").
     """
-    return f"local[{3 * (os.cpu_count() or 1)},4]"
+    return f"local[{2 * (os.cpu_count() or 1) + 1},4]"
 
 
 def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:

@@ -46,9 +46,9 @@ def task_options(per_batch: int, cores: int, local: bool) -> dict[str, str]:
     ``TASKS_PER_CORE_BEHIND`` tasks per core (``maxRecordsPerPartition``): a
     task's time is mostly its Python worker's, one GIL each, and a worker
     waits on its sink's round trips; with one task per core the other waits
-    for the slower one. The local master keeps one more slot per core
-    (``cdcsync.spark.default_master``), so a follower whose sink hangs leaves
-    one slot per core to the others, as before this split. On a cluster a
+    for the slower one. The local master keeps one slot more than that
+    (``cdcsync.spark.default_master``), so a follower whose sink hangs in the
+    middle of a backlog still leaves a slot to the others. On a cluster a
     batch takes one task per executor core, as before.
     """
     options = {"minPartitions": str(cores)}

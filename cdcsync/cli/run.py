@@ -39,7 +39,7 @@ from cdcsync.cli import load
     envvar="CDCSYNC_SPARK_MASTER",
     show_envvar=True,
     default=None,
-    help="Spark master URL [default: local[3 x cores,4]: a failed task is tried up to 4 times].",
+    help="Spark master URL [default: local[2 x cores + 1,4]: a failed task is tried up to 4 times].",
 )
 @click.option(
     "--capture-watch/--no-capture-watch",
