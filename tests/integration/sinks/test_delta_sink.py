@@ -33,6 +33,7 @@ TYPES = {
     "ratio": "float",
     "name": "text",
 }
+COMPACT_AT = "spark.databricks.delta.autoCompact.minNumFiles"
 SIMPLE = TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})
 
 
@@ -285,3 +286,34 @@ def test_a_read_whose_table_a_reindex_replaced_meanwhile_is_read_again(spark: An
     assert replaced == ["items"]
     assert {doc_id: version for doc_id, (version, _) in held.items()} == {"a": 5, "b": 6}
     assert {doc["n"] for _, doc in held.values()} == {"one", "two"}
+
+
+def test_a_table_that_keeps_gaining_rows_stays_in_few_files(spark: Any, tmp_path: Path) -> None:
+    """Each MERGE adds a file or more of new rows; Delta removes a file only once all its rows are replaced.
+
+    A table that gains rows (inserts) would keep every file of every MERGE, and
+    each MERGE reads them all. Auto compaction (``cdcsync.spark``) rewrites
+    them once a commit leaves ``minNumFiles`` small ones; the threshold is
+    lowered here so that a few MERGEs cross it. The rows are
+    unchanged by it, history included.
+    """
+    from delta.tables import DeltaTable
+
+    sink = make_sink(spark, tmp_path, history=True)
+    threshold = spark.conf.get(COMPACT_AT)
+    spark.conf.set(COMPACT_AT, "6")
+    expected: dict[str, tuple[int, dict[str, Any]]] = {}
+    try:
+        for batch in range(8):
+            rows = [upsert(f"k{batch}-{i}", batch + 1, {"n": i, "name": "row " * 20}) for i in range(200)]
+            rows.append(upsert("hot", batch + 1, {"n": batch, "name": "updated every batch"}))
+            assert sink.write(batch, rows).applied == len(rows)
+            expected.update({r.doc_id: (r.version, r.doc) for r in rows})
+    finally:
+        spark.conf.set(COMPACT_AT, threshold)
+    for table in ("items", "items__history"):
+        files = DeltaTable.forPath(spark, str(tmp_path / "lake" / table)).detail().collect()[0]["numFiles"]
+        assert files < 6, f"{table}: {files} files after 8 MERGEs"
+    assert sink.held("items") == expected
+    history = spark.read.format("delta").load(str(tmp_path / "lake/items__history"))
+    assert history.count() == 8 * 201

@@ -1,0 +1,141 @@
+"""``python -m bench.delta_compaction``: a warehouse table that keeps gaining rows, with auto compaction off and on.
+
+Each MERGE of the Delta sink writes its rows to new files, and Delta drops a
+file only once every row of it is replaced; a table that gains rows keeps
+them all, and each MERGE reads them all. This runs the sink's own ``write``
+(``--inserts`` new rows and ``--updates`` updates of earlier ones per MERGE,
+narrow rows) ``--merges`` times into a fresh table with
+``spark.databricks.delta.autoCompact.enabled`` off, then on, in one Spark
+session, and prints per window of 25 MERGEs the table's live files, its
+size and the median MERGE; then the ratio of the last windows' medians.
+
+``--files 50,2000,8000`` adds a second part: a table of 50,000 rows rewritten
+into N files, then ten such MERGEs into it (compaction off), the median
+MERGE by N. Local Spark only; no stack needed. Not a pass/fail test.
+
+Usage: python -m bench.delta_compaction [--merges 150] [--inserts 700] [--updates 300] [--files N,...] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from typing import Any
+
+from bench.common import say
+
+WINDOW = 25
+AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled"
+
+
+def _row(doc_id: str, version: int) -> Any:
+    from cdcsync.events import Change
+    from cdcsync.sync.sink import Row
+
+    change = Change("bench", "public.items", "u", {"id": doc_id}, None, 1_709_207_130_123, version, "t", 0, version)
+    return Row(change, "items", doc_id, {"n": version, "name": "x" * 200})
+
+
+class _Table:
+    """One fresh table written by the Delta sink, with the ids it holds and the next version."""
+
+    def __init__(self, spark: Any) -> None:
+        from cdcsync.sync.mapping import TableMapping
+        from cdcsync.sync.sinks.delta import DeltaSink
+
+        self.spark, self.path = spark, tempfile.mkdtemp(prefix="cdcsync-bench-compaction-")
+        self.sink = DeltaSink("warehouse", spark, self.path)
+        self.sink.open([TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})])
+        self.ids: list[str] = []
+        self.version = 0
+
+    def rows(self, inserts: int, updates: int) -> list[Any]:
+        new = [uuid.uuid4().hex for _ in range(inserts)]
+        old = random.sample(self.ids, min(updates, len(self.ids)))
+        self.ids.extend(new)
+        out = []
+        for doc_id in new + old:
+            self.version += 1
+            out.append(_row(doc_id, self.version))
+        return out
+
+    def merge(self, batch_id: int, rows: list[Any]) -> float:
+        started = time.monotonic()
+        self.sink.write(batch_id, rows)
+        return time.monotonic() - started
+
+    def detail(self) -> tuple[int, float]:
+        from delta.tables import DeltaTable
+
+        row = DeltaTable.forPath(self.spark, f"{self.path}/items").detail().collect()[0]
+        return int(row["numFiles"]), row["sizeInBytes"] / 2**20
+
+
+def growth(spark: Any, args: argparse.Namespace, compact: bool) -> list[dict[str, Any]]:
+    spark.conf.set(AUTO_COMPACT, "true" if compact else "false")
+    table, times, windows = _Table(spark), [], []
+    for batch in range(args.merges):
+        times.append(table.merge(batch, table.rows(args.inserts, args.updates)))
+        if (batch + 1) % WINDOW == 0:
+            files, mib = table.detail()
+            window = {"merges": batch + 1, "files": files, "mib": round(mib, 1)}
+            window["median_s"] = round(statistics.median(times[-WINDOW:]), 2)
+            windows.append(window)
+            say(f"  auto compaction {'on ' if compact else 'off'}: {window}")
+    return windows
+
+
+def by_files(spark: Any, files: int, args: argparse.Namespace) -> float:
+    spark.conf.set(AUTO_COMPACT, "false")
+    table = _Table(spark)
+    table.merge(0, table.rows(50_000, 0))
+    path = f"{table.path}/items"
+    spark.read.format("delta").load(path).repartition(files).write.format("delta").mode("overwrite").save(path)
+    times = [table.merge(i + 1, table.rows(args.inserts, args.updates)) for i in range(12)]
+    return round(statistics.median(times[2:]), 2)  # the first two warm the plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--merges", type=int, default=150, help="MERGEs per setting")
+    parser.add_argument("--inserts", type=int, default=700, help="new rows per MERGE")
+    parser.add_argument("--updates", type=int, default=300, help="updates of earlier rows per MERGE")
+    parser.add_argument("--files", default="", help="also: MERGE time into a table of N files, comma-separated")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    args = parser.parse_args(argv)
+
+    from cdcsync.spark import spark_session
+
+    spark = spark_session("cdcsync-bench-delta-compaction")
+    results: dict[str, Any] = {}
+    for compact in (False, True):
+        say(f"{args.merges} MERGEs of {args.inserts} new rows and {args.updates} updates, auto compaction {compact}")
+        results["on" if compact else "off"] = growth(spark, args, compact)
+    last_off, last_on = results["off"][-1], results["on"][-1]
+    results["last_window_ratio"] = round(last_off["median_s"] / last_on["median_s"], 2)
+    for files in [int(f) for f in args.files.split(",") if f]:
+        say(f"a 50,000-row table in {files} files ...")
+        results.setdefault("by_files", {})[files] = by_files(spark, files, args)
+        say(f"  median MERGE {results['by_files'][files]} s")
+
+    if args.json:
+        print(json.dumps(results))
+    else:
+        heads = ("MERGEs", "files off", "MiB off", "median s off", "files on", "MiB on", "median s on")
+        print("  ".join(f"{h:>12}" for h in heads))
+        for off, on in zip(results["off"], results["on"], strict=True):
+            cells = (off["merges"], off["files"], off["mib"], off["median_s"], on["files"], on["mib"], on["median_s"])
+            print("  ".join(f"{c:>12}" for c in cells))
+        print(f"last window, median MERGE off / on: {results['last_window_ratio']}")
+        for files, median in results.get("by_files", {}).items():
+            print(f"table in {files:>6} files: median MERGE {median} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
