@@ -33,6 +33,7 @@ TYPES = {
     "ratio": "float",
     "name": "text",
 }
+AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled"
 COMPACT_AT = "spark.databricks.delta.autoCompact.minNumFiles"
 SIMPLE = TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})
 
@@ -292,16 +293,17 @@ def test_a_table_that_keeps_gaining_rows_stays_in_few_files(spark: Any, tmp_path
     """Each MERGE adds a file or more of new rows; Delta removes a file only once all its rows are replaced.
 
     A table that gains rows (inserts) would keep every file of every MERGE, and
-    each MERGE reads them all. Auto compaction (``cdcsync.spark``) rewrites
-    them once a commit leaves ``minNumFiles`` small ones; the threshold is
-    lowered here so that a few MERGEs cross it. The rows are
-    unchanged by it, history included.
+    each MERGE reads them all. Auto compaction (opt-in, ``cdcsync.spark``)
+    rewrites them once a commit leaves ``minNumFiles`` small ones; the
+    threshold is lowered here so that a few MERGEs cross it. The sink's rows
+    are unchanged by it, history included.
     """
     from delta.tables import DeltaTable
 
     sink = make_sink(spark, tmp_path, history=True)
-    threshold = spark.conf.get(COMPACT_AT)
+    threshold, enabled = spark.conf.get(COMPACT_AT), spark.conf.get(AUTO_COMPACT)
     spark.conf.set(COMPACT_AT, "6")
+    spark.conf.set(AUTO_COMPACT, "true")  # CDCSYNC_DELTA_AUTO_COMPACT=true, in this session only
     expected: dict[str, tuple[int, dict[str, Any]]] = {}
     try:
         for batch in range(8):
@@ -311,6 +313,7 @@ def test_a_table_that_keeps_gaining_rows_stays_in_few_files(spark: Any, tmp_path
             expected.update({r.doc_id: (r.version, r.doc) for r in rows})
     finally:
         spark.conf.set(COMPACT_AT, threshold)
+        spark.conf.set(AUTO_COMPACT, enabled)
     for table in ("items", "items__history"):
         files = DeltaTable.forPath(spark, str(tmp_path / "lake" / table)).detail().collect()[0]["numFiles"]
         assert files < 6, f"{table}: {files} files after 8 MERGEs"
