@@ -112,10 +112,11 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         # rows are replaced: a table that gains rows (inserts) keeps every one. At a MERGE each few seconds that
         # is tens of thousands of files a day, and each MERGE reads them all (bench.delta_compaction: 5.95 s into
         # 8,000 files, 1.48 s into 50).
-        # Auto compaction rewrites a table's small files into larger ones after a commit that leaves
-        # COMPACT_AT_FILES of them. Opt-in (CDCSYNC_DELTA_AUTO_COMPACT=true) until a new table's compaction right
-        # after its first write, far below the threshold, is understood (docs/performance.md, "Delta: auto compaction").
-        .config("spark.databricks.delta.autoCompact.enabled", os.environ.get("CDCSYNC_DELTA_AUTO_COMPACT", "false"))
+        # Auto compaction rewrites a table's small files into larger ones, in the writer's own call, after a commit
+        # that leaves COMPACT_AT_FILES of them, counted from this process's commits; and once after the first write
+        # of each table in each process (Delta's rule, docs/performance.md "Delta: auto compaction").
+        # CDCSYNC_DELTA_AUTO_COMPACT=false turns it off.
+        .config("spark.databricks.delta.autoCompact.enabled", os.environ.get("CDCSYNC_DELTA_AUTO_COMPACT", "true"))
         .config("spark.databricks.delta.autoCompact.minNumFiles", COMPACT_AT_FILES)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log

@@ -33,7 +33,6 @@ TYPES = {
     "ratio": "float",
     "name": "text",
 }
-AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled"
 COMPACT_AT = "spark.databricks.delta.autoCompact.minNumFiles"
 SIMPLE = TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})
 
@@ -293,17 +292,16 @@ def test_a_table_that_keeps_gaining_rows_stays_in_few_files(spark: Any, tmp_path
     """Each MERGE adds a file or more of new rows; Delta removes a file only once all its rows are replaced.
 
     A table that gains rows (inserts) would keep every file of every MERGE, and
-    each MERGE reads them all. Auto compaction (opt-in, ``cdcsync.spark``)
-    rewrites them once a commit leaves ``minNumFiles`` small ones; the
-    threshold is lowered here so that a few MERGEs cross it. The sink's rows
-    are unchanged by it, history included.
+    each MERGE reads them all. Auto compaction, on by default
+    (``cdcsync.spark``), rewrites them once this process's commits leave
+    ``minNumFiles`` small ones; the threshold is lowered here so that a few
+    MERGEs cross it. The sink's rows are unchanged by it, history included.
     """
     from delta.tables import DeltaTable
 
     sink = make_sink(spark, tmp_path, history=True)
-    threshold, enabled = spark.conf.get(COMPACT_AT), spark.conf.get(AUTO_COMPACT)
+    threshold = spark.conf.get(COMPACT_AT)
     spark.conf.set(COMPACT_AT, "6")
-    spark.conf.set(AUTO_COMPACT, "true")  # CDCSYNC_DELTA_AUTO_COMPACT=true, in this session only
     expected: dict[str, tuple[int, dict[str, Any]]] = {}
     try:
         for batch in range(8):
@@ -313,10 +311,33 @@ def test_a_table_that_keeps_gaining_rows_stays_in_few_files(spark: Any, tmp_path
             expected.update({r.doc_id: (r.version, r.doc) for r in rows})
     finally:
         spark.conf.set(COMPACT_AT, threshold)
-        spark.conf.set(AUTO_COMPACT, enabled)
     for table in ("items", "items__history"):
         files = DeltaTable.forPath(spark, str(tmp_path / "lake" / table)).detail().collect()[0]["numFiles"]
         assert files < 6, f"{table}: {files} files after 8 MERGEs"
     assert sink.held("items") == expected
     history = spark.read.format("delta").load(str(tmp_path / "lake/items__history"))
     assert history.count() == 8 * 201
+
+
+def test_auto_compaction_runs_after_a_tables_first_write_then_only_at_the_threshold(spark: Any, tmp_path: Path) -> None:
+    """Delta's rule, as docs/performance.md states it: a table's first write in a process compacts its small files.
+
+    Delta counts a table's small files from this process's own commits, and
+    takes a table it has not compacted yet as due. So a daemon that starts
+    compacts each table once, at its first MERGE; afterwards only once
+    ``minNumFiles`` (200) small files are counted. Two later MERGEs of a few
+    files each compact nothing, and the rows are the sink's.
+    """
+    from delta.tables import DeltaTable
+
+    sink = make_sink(spark, tmp_path)
+    expected: dict[str, tuple[int, dict[str, Any]]] = {}
+    for batch in range(3):
+        rows = [upsert(f"k{batch}-{i}", batch + 1, {"n": i, "name": "row " * 20}) for i in range(200)]
+        assert sink.write(batch, rows).applied == len(rows)
+        expected.update({r.doc_id: (r.version, r.doc) for r in rows})
+    history = DeltaTable.forPath(spark, str(tmp_path / "lake/items")).history().orderBy("version").collect()
+    operations = [r["operation"] for r in history]
+    assert operations == ["CREATE TABLE", "MERGE", "OPTIMIZE", "MERGE", "MERGE"], operations
+    assert history[2]["operationParameters"]["auto"] == "true"
+    assert sink.held("items") == expected
