@@ -77,6 +77,7 @@ from cdcsync.sync.sinks.delta_values import (
     commit_ts,
     decode,
     encode,
+    frame,
     kind_of,
     quote,
     read_column,
@@ -251,7 +252,7 @@ class DeltaSink:
             result = result.merge(part)
         # Each Py4J proxy a method was called on is in a reference cycle (it caches its bound methods, which
         # point back at it), so only the cyclic collector frees it, and until then its JVM object stays pinned
-        # in Py4J's gateway. The MERGE source above (a createDataFrame RDD of the batch's rows, 16 MB of 60 KB
+        # in Py4J's gateway. The MERGE source above (a DataFrame holding the batch's rows, 16 MB of 60 KB
         # rows) is one. With the collector slowed down for throughput (sync.follower.tune_gc) a collection came
         # only every few hundred batches, and the pinned sources filled the driver's heap (docs/daemon.md,
         # "Memory"). One collection per batch costs milliseconds next to a MERGE's seconds.
@@ -376,7 +377,7 @@ class DeltaSink:
         every: dict[str, str | Column] = {quote(n): f"s.{quote(n)}" for n in schema.fieldNames()}
         guard = "s._cdcsync_version > t._cdcsync_version"
         with _spark_errors(f"merging into {table.path}"):
-            source = self._spark.createDataFrame(data, schema)
+            source = frame(self._spark, data, schema)
             merge = (
                 DeltaTable.forPath(self._spark, table.path)
                 .alias("t")
@@ -399,7 +400,7 @@ class DeltaSink:
              None if row.doc is None else fingerprint(row.doc))
             for row, _ in records
         ]  # fmt: skip
-        source = self._spark.createDataFrame(data, HISTORY)
+        source = frame(self._spark, data, HISTORY)
         key = "t._cdcsync_id = s._cdcsync_id AND t._cdcsync_version = s._cdcsync_version"
         with one_writer(table.history):  # shared by the live and the staged table
             target = DeltaTable.forPath(self._spark, table.history).alias("t")

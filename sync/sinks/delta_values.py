@@ -21,9 +21,11 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Context, Decimal
 from typing import Any
 
-from pyspark.sql import Column
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from cdcsync.sync.sink import Row
 
@@ -44,6 +46,22 @@ SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WIDE = Context(prec=80)
 DEC_STEP = Decimal("1e-10")
+
+
+def frame(spark: SparkSession, data: list[tuple[Any, ...]], schema: T.StructType) -> DataFrame:
+    """Encoded rows (``encode``) as a DataFrame for a MERGE's source, built from Arrow on the driver.
+
+    ``createDataFrame`` of Python tuples makes an RDD of pickles that Python
+    tasks convert each time a plan reads it, and a MERGE reads its source more
+    than once. From an Arrow table, Spark keeps a batch under
+    ``spark.sql.execution.arrow.localRelationThreshold`` (48 MB) as a local
+    relation, read by the JVM alone (docs/performance.md, "Delta: the MERGE's
+    source").
+    """
+    arrow = to_arrow_schema(schema)
+    columns = list(zip(*data, strict=True)) if data else [() for _ in arrow]
+    table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, arrow, strict=True)], schema=arrow)
+    return spark.createDataFrame(table, schema)
 
 
 def spark_type(kind: str | None) -> T.DataType:

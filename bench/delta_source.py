@@ -1,0 +1,95 @@
+"""``python -m bench.delta_source``: the warehouse MERGE with its source built from Arrow and from Python tuples.
+
+The Delta sink hands each MERGE its batch as a DataFrame. Built with
+``createDataFrame`` of Python tuples, that is an RDD of pickles which Python
+tasks convert each time a plan reads it; built from an Arrow table
+(``delta_values.frame``), a local relation the JVM reads alone. This runs the
+sink's own ``write`` into one 50,000-row table, MERGEs of ``--inserts`` new
+rows and ``--updates`` updates, alternating the two ways so that both see the
+same JVM warm-up and table growth, for narrow rows (a 50,000-row table) and
+for rows of ``--row-kb`` KB (a 5,000-row table, a quarter of the rows per
+MERGE: the warehouse's batches are bound to 16 MiB). It prints the median MERGE of each way and their ratio.
+Local Spark only; no stack needed. Not a pass/fail test.
+
+Usage: python -m bench.delta_source [--merges 20] [--inserts 700] [--updates 300] [--row-kb 20] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+from bench.common import say
+from bench.delta_compaction import _Table
+
+
+def tuples(spark: Any, data: list[tuple[Any, ...]], schema: Any) -> Any:
+    """The way before ``delta_values.frame``: Python tuples, pickled."""
+    return spark.createDataFrame(data, schema)
+
+
+def run(spark: Any, args: argparse.Namespace, row_kb: int) -> dict[str, float]:
+    from cdcsync.sync.sinks import delta, delta_values
+
+    table = _Table(spark)
+    body = os.urandom(row_kb * 512).hex() if row_kb else "x" * 200
+
+    def rows(inserts: int, updates: int) -> list[Any]:
+        out = table.rows(inserts, updates)
+        for row in out:
+            row.doc["name"] = body
+        return out
+
+    initial, share = (5_000, 4) if row_kb else (50_000, 1)
+    table.merge(0, rows(initial, 0))
+    times: dict[str, list[float]] = {"tuples": [], "arrow": []}
+    try:
+        for n in range(2 * args.merges + 4):
+            way = ("tuples", "arrow")[n % 2]
+            delta.frame = tuples if way == "tuples" else delta_values.frame  # type: ignore[attr-defined]
+            started = time.monotonic()
+            table.sink.write(n + 1, rows(args.inserts // share, args.updates // share))
+            if n >= 4:  # the first two of each way warm the plan
+                times[way].append(time.monotonic() - started)
+    finally:
+        delta.frame = delta_values.frame  # type: ignore[attr-defined]
+    medians = {way: round(statistics.median(t), 2) for way, t in times.items()}
+    return medians | {"ratio": round(medians["tuples"] / medians["arrow"], 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--merges", type=int, default=20, help="MERGEs timed per way and row width")
+    parser.add_argument("--inserts", type=int, default=700, help="new rows per MERGE")
+    parser.add_argument("--updates", type=int, default=300, help="updates of earlier rows per MERGE")
+    parser.add_argument("--row-kb", type=int, default=20, help="the wide rows' size")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    args = parser.parse_args(argv)
+
+    from cdcsync.spark import spark_session
+
+    spark = spark_session("cdcsync-bench-delta-source")
+    results: dict[str, Any] = {}
+    for row_kb in (0, args.row_kb):
+        label, share = (f"{row_kb} KB rows", 4) if row_kb else ("narrow rows", 1)
+        each = f"{args.inserts // share} new rows and {args.updates // share} updates each"
+        say(f"{label}: {args.merges} MERGEs each way, {each} ...")
+        results[label] = run(spark, args, row_kb)
+        say(f"  {results[label]}")
+    if args.json:
+        print(json.dumps(results))
+    else:
+        for label, figures in results.items():
+            print(
+                f"{label:>14}: median MERGE {figures['tuples']} s from tuples, {figures['arrow']} s from Arrow "
+                f"({figures['ratio']}x as fast)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
