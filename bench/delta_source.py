@@ -7,7 +7,7 @@ tasks convert each time a plan reads it; built from an Arrow table
 sink's own ``write`` into one 50,000-row table, MERGEs of ``--inserts`` new
 rows and ``--updates`` updates, alternating the two ways so that both see the
 same JVM warm-up and table growth, for narrow rows (a 50,000-row table) and
-for rows of ``--row-kb`` KB (a 5,000-row table, a quarter of the rows per
+for rows of ``--row-kb`` KB (one random text in every row; a 5,000-row table, a quarter of the rows per
 MERGE: the warehouse's batches are bound to 16 MiB). It prints the median MERGE of each way and their ratio.
 Local Spark only; no stack needed. Not a pass/fail test.
 
