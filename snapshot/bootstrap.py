@@ -29,7 +29,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +45,11 @@ from cdcsync.sync.position import start_file
 from cdcsync.sync.sink import Sink
 
 BATCH_ROWS = 5000  # records per follower.process call of a bootstrap (the sink writes them in its own chunks)
+# Records per follower.process call of a replay into a sink that writes in chunks (Elasticsearch, Redis): the call
+# ends only once its last chunks are written, so each call leaves the sink idle while the next records are read and
+# parsed. Memory is the chunks in flight and one read_window list, whatever this is (docs/performance.md,
+# "Bootstrap from the topics").
+REPLAY_CALL_RECORDS = 50_000
 Offsets = dict[TopicPartition, int]
 Progress = Callable[[int, int, float], None]
 
@@ -175,21 +180,53 @@ def replay(
 ) -> None:
     """Apply every record of each partition in ``ends`` from ``starts`` up to its end (``read_window``).
 
-    Records go through ``follower.process`` in batches of BATCH_ROWS;
-    ``summary`` accumulates the counts. ``progress`` gets (records done,
-    records in range, seconds) after each batch.
+    Records go through ``follower.process``: REPLAY_CALL_RECORDS per call
+    into a sink that writes in chunks, whose writes then overlap with reading
+    and parsing the next ones; BATCH_ROWS per call into one that writes a
+    call whole (Delta: one MERGE, held in memory). ``summary`` accumulates
+    the counts. ``progress`` gets (records done, records in range, seconds)
+    after each list of records read.
     """
     started, done = time.monotonic(), 0
     total = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
+    per_call = REPLAY_CALL_RECORDS if follower.sink.chunk_rows else BATCH_ROWS
+
+    def handed(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress:
+            progress(done, total, time.monotonic() - started)
+
     reader = consumer(config, f"replay-{follower.name}")
     try:
-        for batch in read_window(reader, starts, ends):
-            done += len(batch)
-            summary.add(follower.process(summary.batches, batch))
-            if progress:
-                progress(done, total, time.monotonic() - started)
+        for records in runs(read_window(reader, starts, ends), per_call, handed):
+            summary.add(follower.process(summary.batches, records))
     finally:
         reader.close()
+
+
+def runs(lists: Iterable[list[Record]], size: int, handed: Callable[[int], None]) -> Iterator[Iterator[Record]]:
+    """The records of ``lists`` as consecutive runs of whole lists, each ``size`` records or just past it.
+
+    Each run is read lazily from ``lists`` as it is consumed, and must be
+    consumed to its end before the next is taken (``follower.process`` does).
+    ``handed(n)`` is called once each list's ``n`` records have been taken.
+    """
+    source = iter(lists)
+    pending = next(source, None)
+
+    def run() -> Iterator[Record]:
+        nonlocal pending
+        taken = 0
+        while pending is not None and taken < size:
+            current, pending = pending, None
+            yield from current
+            taken += len(current)
+            handed(len(current))
+            pending = next(source, None)
+
+    while pending is not None:
+        yield run()
 
 
 def publish(sink: Sink, attempts: int = 6) -> None:

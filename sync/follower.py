@@ -193,6 +193,9 @@ def snapshot_record(change: Change, doc: Any = None) -> Record:
     return Record(change.topic, -1, -1, orjson.dumps(change.key, default=str), value)
 
 
+QUEUE_FULL_ATTEMPTS, QUEUE_FULL_WAIT_S = 3, 20.0  # a dead letter's tries while the producer's queue is full
+
+
 class DeadLetters:
     """Poison records, with the reason and the source coordinates in headers."""
 
@@ -210,8 +213,19 @@ class DeadLetters:
             ("cdcsync.partition", str(record.partition).encode()),
             ("cdcsync.offset", str(record.offset).encode()),
         ]
-        self._producer.produce(
-            self.topic, key=record.key, value=record.value, headers=headers, on_delivery=self._delivered
+        for _attempt in range(QUEUE_FULL_ATTEMPTS):
+            try:
+                self._producer.produce(
+                    self.topic, key=record.key, value=record.value, headers=headers, on_delivery=self._delivered
+                )
+                return
+            except BufferError:
+                # The producer's own queue is full (queue.buffering.max.messages / .kbytes): a long run of
+                # poison records in one batch. Let it deliver what it holds, then queue this one.
+                self._producer.flush(QUEUE_FULL_WAIT_S)
+        raise RetryableError(
+            f"dead-letter topic {self.topic}: the producer's queue stayed full for "
+            f"{QUEUE_FULL_ATTEMPTS * QUEUE_FULL_WAIT_S:.0f}s (is Kafka reachable?)"
         )
 
     def _delivered(self, err: Any, _msg: Any) -> None:

@@ -241,3 +241,23 @@ def test_the_follower_dead_letters_nothing_when_redis_refuses_the_script_a_comma
         counts = run.process(1, [*batch(3), poison(3)])
         assert_dead_letters_add_up(counts, topic, rows=3)
         assert set(sink.held("items")) == {"0", "1", "2"}
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+def test_more_dead_letters_in_one_batch_than_the_producer_queues_all_reach_the_topic() -> None:
+    """A long run of poison records (a replay's call spans 50,000 records) outgrows the producer's own queue.
+
+    librdkafka queues at most ``queue.buffering.max.messages`` (100,000 by
+    default) and ``queue.buffering.max.kbytes`` undelivered records; past that
+    ``produce`` raises ``BufferError``. Lowered here to 20 so 200 poison
+    records outgrow it: each must still reach the dead-letter topic, and the
+    batch's counts add up.
+    """
+    with dead_letter_topic() as topic:
+        letters = DeadLetters({"bootstrap.servers": KAFKA, "queue.buffering.max.messages": "20"}, topic, "errors-test")
+        for offset in range(200):
+            letters.send(poison(offset), "parse", "a record without a key")
+        letters.flush()
+        assert end_offset(topic) == 200
