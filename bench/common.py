@@ -111,7 +111,8 @@ def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
     pg.execute(f"DROP TABLE IF EXISTS {table}")
     pg.execute(f"DROP TABLE IF EXISTS {source.signal_table}")
     delete_topics(config, [t.name for t in topic_specs(source)] + [f.dlq_topic for f in config.followers])
-    Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.delete(index=f"{tag}-*", allow_no_indices=True)
+    # {tag}* and not {tag}-*: bench.bootstrap names its indexes {tag}raw-search, {tag}source-..., which stayed behind
+    Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.delete(index=f"{tag}*", allow_no_indices=True)
     r = redis.Redis(port=int(ENV["REDIS_PORT"]))
     keys: list[bytes] = []
     for key in r.scan_iter(f"{tag}*", count=5000):  # a million keys: a round trip per key took minutes
