@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             for origin in origins:
                 cfg = next(f for f in config.followers if f.name == f"{sink}_{origin}")
                 say(f"[{sink}] bootstrap --from {origin} ...")
-                follower = build_follower(config, cfg, spark, open_sink=False)
+                follower = build_follower(config, cfg, spark, open_sink=False, fill=True)
                 started, before = time.perf_counter(), cpu.sample()
                 if origin == "source":
                     summary = bootstrap_from_source(config, cfg, follower, spark, checkpoint_dir(config, cfg),

@@ -229,7 +229,7 @@ def _run(
     origin: str = "topics",
 ) -> ReindexSummary:
     started = time.monotonic()
-    follower = build_follower(config, cfg, spark, mappings=mappings, open_sink=False)
+    follower = build_follower(config, cfg, spark, mappings=mappings, open_sink=False, fill=True)
     topics = sorted(mappings)
     summary = ReindexSummary(cfg.name, sorted({m.target for m in mappings.values()}), Summary(cfg.name),
                              Summary(cfg.name))  # fmt: skip

@@ -298,7 +298,7 @@ def _copy_table(
     The table is read in pieces (key ranges or key hashes), each one JDBC
     query handed to Python as Arrow (``toArrow``: no per-row pickling on
     either side). Up to ``partitions`` pieces are read ahead (``_ReadAhead``) while this
-    thread maps the current one, and the sink's ``writers`` threads each write
+    thread maps the current one, and the follower's ``writers`` threads each write
     a chunk while it maps the next (so ``writers`` + 1 chunks in memory): Spark's JDBC
     reads, this thread and the sink's server run side by side instead of
     taking turns. Pieces and chunks hold distinct keys, so their order does
@@ -307,7 +307,7 @@ def _copy_table(
     rows: list[Row] = []
     failed: list[tuple[Record, str]] = []
     in_flight: list[Future[Any]] = []
-    writers = follower.sink.writers
+    writers = follower.writers
     with ThreadPoolExecutor(max_workers=writers, thread_name_prefix="cdcsync-bootstrap-write") as writer:
 
         def flush() -> None:

@@ -276,6 +276,7 @@ class Follower:
         learn: Callable[[str], TableMapping] | None = None,
         rebuild_needed: Callable[[TableMapping, str], None] | None = None,
         remember: Callable[[Iterable[TableMapping]], None] | None = None,
+        writers: int | None = None,
     ) -> None:
         self.name, self.sink, self.dead_letters = name, sink, dead_letters
         self.mappings = dict(mappings)  # topic -> mapping; a table's entry is replaced when its shape changes
@@ -286,8 +287,10 @@ class Follower:
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
         self.report = report  # log and count each batch here; False on executors, whose driver does it
-        self._writers = max(1, sink.writers)  # chunks in flight at once (``_apply``)
-        self._writer = ThreadPoolExecutor(self._writers, thread_name_prefix=f"cdcsync-{name}-writer")
+        # Chunks in flight at once (``_apply``): the sink's ``writers``, or its ``fill_writers`` for a follower
+        # that fills a staged store (build_follower's ``fill``).
+        self.writers = max(1, sink.writers if writers is None else writers)
+        self._writer = ThreadPoolExecutor(self.writers, thread_name_prefix=f"cdcsync-{name}-writer")
         self._retries = threading.Lock()  # counts.retries, changed by the writer threads
 
     def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
@@ -398,12 +401,12 @@ class Follower:
             self.dead_letters.send(record, "snapshot", reason)
         docs = {id(r.change): r.doc for r in rows}
         chunk: Chunk = (rows, lambda c: snapshot_record(c, docs.get(id(c))))
-        # Written in the caller's thread: a bootstrap calls this from several threads at once (sink.writers).
+        # Written in the caller's thread: a bootstrap calls this from several threads at once (its writers).
         self._settle(self._write(batch_id, rows, counts), chunk, counts)
         return self._finish(batch_id, counts, started)
 
     def _apply(self, batch_id: int, counts: BatchCounts, chunks: Iterator[Chunk], started: float) -> BatchCounts:
-        """Write chunk after chunk; the writes of up to ``sink.writers`` chunks overlap with parsing the next.
+        """Write chunk after chunk; the writes of up to ``writers`` chunks overlap with parsing the next.
 
         The sink's server does its work while this thread parses (the client
         waits on the network, outside the GIL). A sink with one writer gets its
@@ -415,7 +418,7 @@ class Follower:
         """
         in_flight: deque[tuple[Future[WriteResult], Chunk]] = deque()
         for chunk in chunks:
-            while len(in_flight) >= self._writers or (in_flight and in_flight[0][0].done()):
+            while len(in_flight) >= self.writers or (in_flight and in_flight[0][0].done()):
                 mark = time.monotonic()
                 future, done = in_flight.popleft()
                 self._settle(future.result(), done, counts)

@@ -61,9 +61,11 @@ member                     contract
 ``name``                   the follower's name, for logs and metrics
 ``chunk_rows``             records per ``write`` call: the follower parses the next chunk while
                            one is written (``None``: the whole batch in one call)
-``writers``                ``write`` calls a follower (chunks of one batch) or a bootstrap may make
-                           at once, from as many threads: more than 1 only when the apply rule
-                           does not depend on the order of writes (1: they must not overlap)
+``writers``                ``write`` calls a follower (chunks of one batch) may make at once, from
+                           as many threads: more than 1 only when the apply rule does not depend
+                           on the order of writes (1: they must not overlap)
+``fill_writers``           the same for a bootstrap or reindex filling a staged store: one process
+                           on the driver, the store's only writer (1 where ``writers`` is 1)
 ``open(mappings)``         connect, create what is missing (index + alias, script, table)
 ``write(batch_id, rows)``  apply a batch of ``Row``; return a ``WriteResult``
 ``make_visible(targets)``  show readers what was written to ``targets`` now (once per batch)
@@ -121,6 +123,7 @@ class Sink(Protocol):
     name: str
     chunk_rows: int | None
     writers: int
+    fill_writers: int
 
     def open(self, mappings: Sequence[TableMapping]) -> None: ...
 

@@ -73,12 +73,15 @@ def build_follower(
     spark: SparkSession | None,
     mappings: dict[str, TableMapping] | None = None,
     open_sink: bool = True,
+    fill: bool = False,
 ) -> Follower:
     """The follower with its sink and dead-letter topic; by default for all its tables.
 
     ``open_sink=False`` leaves the live store alone (no index, alias or table
     created): bootstrap and reindex ``stage`` a new store instead, and a new
-    follower's readers must see nothing until it is published.
+    follower's readers must see nothing until it is published. ``fill``: the
+    follower of a bootstrap or reindex filling that staged store, on the
+    driver and alone, writes with the sink's ``fill_writers``.
     """
     mappings = mappings_for(config, follower) if mappings is None else mappings
     if not mappings:
@@ -99,6 +102,7 @@ def build_follower(
         learn=learner(config, follower),
         rebuild_needed=lambda mapping, reason: rebuild.mark(config, follower.name, mapping.table, reason),
         remember=lambda known: rebuild.remember(config, follower.name, known),
+        writers=sink.fill_writers if fill else None,
     )
     if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
         rebuild.changed_while_stopped(config, built)

@@ -54,7 +54,8 @@ def bootstrap(
                     f"follower {cfg.name} does not follow {sorted(wanted - known)}; it follows {sorted(known)}"
                 )
             mappings = {topic: m for topic, m in mappings.items() if m.table.lower() in wanted}
-        built = build_follower(config, cfg, spark, mappings, open_sink=False)  # bootstrap stages, then publishes
+        # bootstrap stages, then publishes; its follower alone fills the staged store
+        built = build_follower(config, cfg, spark, mappings, open_sink=False, fill=True)
         if origin == "source":
             from cdcsync.snapshot.source import bootstrap_from_source
 

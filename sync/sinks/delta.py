@@ -137,6 +137,7 @@ class DeltaSink:
 
     chunk_rows: int | None = None  # one MERGE per batch: a Delta commit costs seconds, chunks would multiply them
     writers = 1  # two MERGEs into one table conflict
+    fill_writers = 1
 
     def __init__(
         self, name: str, spark: SparkSession, path: str, soft_delete: bool = False, history: bool = False

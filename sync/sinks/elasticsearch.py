@@ -148,7 +148,10 @@ class ElasticsearchSink:
     """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
 
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
-    writers = 2  # a bootstrap's writes at once: the server works on one while it parses the other's answer
+    writers = 2  # a batch's chunks written at once: the server works on one while the client parses the other's answer
+    # A bootstrap's or reindex's: 3 filled a staged index 7-24 % faster than 2 in 7 of 8 paired runs, 4 no faster
+    # than 3 (docs/performance.md, "Bootstrap from the topics"). Not the daemon's: each of its tasks holds its chunks.
+    fill_writers = 3
 
     def __init__(
         self,

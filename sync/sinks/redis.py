@@ -149,7 +149,8 @@ class RedisSink:
     """Applies rows to ``<prefix>:<target>:<doc_id>`` hashes; see the module docstring."""
 
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
-    writers = 2  # a bootstrap's writes at once: the server works on one while it parses the other's answer
+    writers = 2  # a batch's chunks written at once: the server works on one while the client parses the other's answer
+    fill_writers = 2  # a bootstrap's or reindex's: its one server thread, not the client, sets a fill's pace
 
     def __init__(
         self,
