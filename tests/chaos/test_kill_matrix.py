@@ -10,6 +10,11 @@ brought back by the project's own means (``stack.py up``, or a new
 the restart to each follower's clean ``verify`` go into the table
 tests/chaos/conftest.py prints at the end of the run.
 
+The writes that go on while the fault happens are bounded in time, not by how
+long the daemon takes to start: a few transactions first, for every follower's
+first batch (Spark's start under load took 1-5 minutes), then ``MID_STREAM_S``
+of writes at the full rate before the fault, and 15 s more after the restart.
+
 ``make test`` runs a fixed subset (the Postgres kill, which used to leave
 Postgres capture FAILED for good, and the daemon kill); ``make chaos`` runs
 every row (the broker kill, which used to stall Postgres capture behind an
@@ -39,6 +44,8 @@ from tests.support import ENV, drop_capture, execute, source_dict, stack, uid, w
 RATE = int(os.environ.get("CDCSYNC_CHAOS_RATE", "1000"))
 STOP_S = float(os.environ.get("CDCSYNC_CHAOS_STOP_S", "60"))
 FOLLOWERS = ("search", "cache", "warehouse")
+WARM_UP_TRANSACTIONS = 20  # per database, before the daemon starts: something for each follower's first batch
+MID_STREAM_S = 30  # writes at RATE between the followers' first batches and the fault
 long = pytest.mark.long
 CASES = [
     pytest.param("kill", "kafka", id="kill-kafka", marks=long),
@@ -62,28 +69,37 @@ class Writer:
         self.changes = 0
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
+        self._i = 0  # transactions written
+
+    def warm_up(self, transactions: int) -> None:
+        """``transactions`` written at once, in this thread, before the paced writes start."""
+        for _ in range(transactions):
+            self._transaction()
+
+    def _transaction(self) -> None:
+        self._i += 1
+        i, t = self._i, self.table
+        base = i * 10
+        wide = "x" * 40_000 if i % 50 == 0 else "row"
+        statements = [
+            f"INSERT INTO {t} VALUES " + ", ".join(f"({base + k}, {k}, '{wide if k == 0 else 'r'}')" for k in range(6)),
+            f"UPDATE {t} SET v = v + 1 WHERE id IN ({base - 10}, {base - 9}, {base - 8})",
+            f"DELETE FROM {t} WHERE id = {base - 7}",
+            f"UPDATE {t} SET id = {base + 9} WHERE id = {base - 6}",  # a primary-key update
+        ]
+        while not self.stop.is_set():
+            try:
+                execute(self.kind, *statements)
+                self.changes += 10
+                return
+            except Exception:  # the database is being killed or restarted: the same transaction again
+                time.sleep(0.5)
+
     def _loop(self) -> None:
-        i, t = 0, self.table
         per_s = max(RATE / 2 / 10, 1)  # two databases, ~10 changes per transaction
         while not self.stop.is_set():
             started = time.monotonic()
-            i += 1
-            base = i * 10
-            wide = "x" * 40_000 if i % 50 == 0 else "row"
-            statements = [
-                f"INSERT INTO {t} VALUES "
-                + ", ".join(f"({base + k}, {k}, '{wide if k == 0 else 'r'}')" for k in range(6)),
-                f"UPDATE {t} SET v = v + 1 WHERE id IN ({base - 10}, {base - 9}, {base - 8})",
-                f"DELETE FROM {t} WHERE id = {base - 7}",
-                f"UPDATE {t} SET id = {base + 9} WHERE id = {base - 6}",  # a primary-key update
-            ]
-            while not self.stop.is_set():
-                try:
-                    execute(self.kind, *statements)
-                    self.changes += 10
-                    break
-                except Exception:  # the database is being killed or restarted: the same transaction again
-                    time.sleep(0.5)
+            self._transaction()
             time.sleep(max(0.0, 1 / per_s - (time.monotonic() - started)))
 
 
@@ -92,17 +108,37 @@ def table_ddl(kind: str, table: str) -> str:
     return f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT NOT NULL, body {body} NOT NULL)"
 
 
+def offsets_behind(config_path: Path) -> dict[str, int]:
+    """``cdcsync lag --json``: per follower, the offsets its checkpoint is behind the log (empty if lag fails)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cdcsync", "--config", str(config_path), "lag", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    try:
+        return {f["follower"]: f["offsets_behind"] for f in json.loads(done.stdout)["followers"]}
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return {}
+
+
 def verify_each(config_path: Path, since: float, within_s: float) -> tuple[dict[str, float | None], str]:
     """``cdcsync verify --json`` every 5 s; per follower, seconds from ``since`` to its first clean report.
 
-    Also what the last run said of the followers that never came clean (the counts, or verify's stderr), for
-    the failure message: a red run in CI must say whether rows were missing, stale or extra, and where.
+    A follower is verified once ``cdcsync lag`` finds it caught up with its log (or when lag cannot tell):
+    each verify of the warehouse starts a Spark JVM, and one every few seconds took a core from the daemon
+    that was catching up. Also what the last run said of the followers that never came clean (the counts,
+    or verify's stderr), for the failure message: a red run in CI must say whether rows were missing, stale
+    or extra, and where.
     """
     clean: dict[str, float | None] = dict.fromkeys(FOLLOWERS)
     last = ""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and any(v is None for v in clean.values()):
-        todo = [f for f, v in clean.items() if v is None]
+        behind = offsets_behind(config_path)
+        todo = [f for f, v in clean.items() if v is None and behind.get(f, 0) == 0]
+        if not todo:
+            last = f"lag: offsets behind {behind}"
+            time.sleep(5)
+            continue
         done = subprocess.run(
             [sys.executable, "-m", "cdcsync", "--config", str(config_path), "verify", "--json", *todo],
             capture_output=True, text=True, timeout=600,
@@ -148,10 +184,12 @@ def test_kill_matrix(how: str, component: str, tmp_path: Path) -> None:
         apply(config)
         wait_streaming(config)
         for w in writers:
-            w.thread.start()
+            w.warm_up(WARM_UP_TRANSACTIONS)
         daemon = start_daemon(config_path, log)
         wait_for_batches(log, FOLLOWERS, within_s=300)
-        time.sleep(5)
+        for w in writers:
+            w.thread.start()
+        time.sleep(MID_STREAM_S)
         if component == "run":
             os.killpg(daemon.pid, signal.SIGKILL)
             daemon.wait(30)
