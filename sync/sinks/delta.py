@@ -59,6 +59,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from delta.tables import DeltaTable
@@ -84,7 +85,7 @@ from cdcsync.sync.sinks.delta_values import (
     spark_type,
     stored,
 )
-from cdcsync.sync.sinks.delta_writers import one_writer
+from cdcsync.sync.sinks.delta_writers import TABLES_AT_ONCE, each_table, one_writer
 
 if TYPE_CHECKING:
     from cdcsync.sync.mapping import TableMapping
@@ -135,8 +136,8 @@ class _Table:
 class DeltaSink:
     """Applies batches to Delta tables under ``path`` (see the module docstring)."""
 
-    chunk_rows: int | None = None  # one MERGE per batch: a Delta commit costs seconds, chunks would multiply them
-    writers = 1  # two MERGEs into one table conflict
+    chunk_rows: int | None = None  # one MERGE per table per batch: a Delta commit costs seconds, chunks multiply them
+    writers = 1  # two MERGEs into one table conflict (one batch's tables are MERGEd at once: delta_writers)
     fill_writers = 1
 
     def __init__(
@@ -146,6 +147,7 @@ class DeltaSink:
         self._spark = spark
         self._tables: dict[str, _Table] = {}
         self._staged: set[str] = set()  # targets whose _tables entry is the staging table, until publish
+        self.tables_at_once = TABLES_AT_ONCE  # a batch's tables MERGEd at once (delta_writers)
 
     # ------------------------------------------------------------------ contract
 
@@ -244,11 +246,13 @@ class DeltaSink:
                 if held.version >= row.version:
                     continue
             keyed[row.doc_id] = row
-        for target, keyed in latest.items():
-            part = self._write_target(self._tables[target], list(keyed.values()))
+        targets = list(latest)
+        calls = [partial(self._write_target, self._tables[t], list(latest[t].values())) for t in targets]
+        parts = each_table(calls, self.tables_at_once)
+        for target, part in zip(targets, parts, strict=True):
             log.info(
                 "sink=%s batch=%d target=%s rows=%d applied=%d older=%d rejected=%d",
-                self.name, batch_id, target, len(keyed), part.applied, part.older, len(part.rejected),
+                self.name, batch_id, target, len(latest[target]), part.applied, part.older, len(part.rejected),
             )  # fmt: skip
             result = result.merge(part)
         # Each Py4J proxy a method was called on is in a reference cycle (it caches its bound methods, which

@@ -20,6 +20,11 @@ locked: on object stores and HDFS there is no shared lock file to take, and
 a conflict stays what Delta makes it, a ``RetryableError`` the follower
 retries. Writers other than cdcsync (an ``OPTIMIZE`` run by hand) never take
 the lock either; the same retry covers them.
+
+Different tables do not conflict, so one batch's tables are written
+``TABLES_AT_ONCE`` at a time (``each_table``): a MERGE is mostly a fixed
+cost of ~19 small Spark jobs one after the other, and a second MERGE's jobs
+fill the cores the first leaves idle between its own.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
 from cdcsync.errors import RetryableError
@@ -41,6 +47,10 @@ log = logging.getLogger(__name__)
 WAIT_S = 900.0  # a publish copies the whole table; longer than that, something is stuck
 SAY_AFTER_S = 30.0
 _held = threading.local()  # paths this thread holds: a nested write of the same table must not wait on itself
+# A batch's tables MERGEd at once (bench.delta_tables). Each holds its share of the batch and its own tasks'
+# buffers, so the memory bound of a batch (sync.batching) still holds; more than the cores buys nothing.
+TABLES_AT_ONCE = int(os.environ.get("CDCSYNC_DELTA_TABLES_AT_ONCE", "2"))
+T = TypeVar("T")
 
 
 def lock_file(path: str) -> Path | None:
@@ -94,3 +104,34 @@ def _take(fd: int, lock: Path, path: str, wait_s: float) -> None:
                 log.warning("table=%s waiting_for=%r lock=%s waited_s=%.0f", path, holder, lock, waited)
                 said = True
             time.sleep(0.05)
+
+
+def each_table(calls: Sequence[Callable[[], T]], at_once: int) -> list[T]:
+    """Every call's result in order, ``at_once`` of them running at a time; each call writes a table of its own.
+
+    The first call of each group runs in this thread, the others in threads that take this thread's Spark
+    local properties (a streaming query's job group: stopping the query cancels their jobs too). Every call
+    of a group runs to its end; then the first error raised, if any, is raised here.
+    """
+    from pyspark import InheritableThread
+
+    out: dict[int, T] = {}
+    errors: dict[int, BaseException] = {}
+
+    def run(i: int) -> None:
+        try:
+            out[i] = calls[i]()
+        except BaseException as err:  # raised in the caller's thread below
+            errors[i] = err
+
+    step = max(1, at_once)
+    for first in range(0, len(calls), step):
+        threads = [InheritableThread(run, args=(i,)) for i in range(first + 1, min(first + step, len(calls)))]
+        for thread in threads:
+            thread.start()
+        run(first)
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[min(errors)]
+    return [out[i] for i in range(len(calls))]

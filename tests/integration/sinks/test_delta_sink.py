@@ -193,6 +193,41 @@ def test_history_records_every_change_once(spark: Any, tmp_path: Path) -> None:
     assert set(map(tuple, commit_times.collect())) == {("u", 1_709_207_130_123), ("d", 1_709_207_130_456)}
 
 
+def test_a_batch_of_three_tables_lands_in_each_as_if_written_alone(spark: Any, tmp_path: Path) -> None:
+    """One batch's tables are MERGEd two at a time (delta_writers.each_table): each table gets exactly its rows.
+
+    Each table has its own rows, an older replay, a delete, a bad row and a history; the counts add up per
+    batch, and every table ends as the same rows written to it alone would leave it.
+    """
+    names = ("items", "orders", "users")
+    mappings = [TableMapping(table=f"public.{t}", target=t, types={"n": "int", "name": "text"}) for t in names]
+    sink = make_sink(spark, tmp_path, *mappings, history=True)
+    first = [upsert(f"{t}-{i}", 2, {"n": i, "name": f"{t} {i}"}, target=t) for t in names for i in range(50)]
+    assert sink.write(1, first).applied == 150
+
+    second = [
+        row
+        for t in names
+        for row in (
+            upsert(f"{t}-0", 1, {"n": -1, "name": "older"}, target=t),
+            upsert(f"{t}-1", 3, {"n": 100, "name": "x" * 30_000}, target=t),  # a wide row
+            delete(f"{t}-2", 3, target=t),
+            upsert(f"{t}-bad", 3, {"n": "not a number"}, target=t),
+            upsert(f"{t}-new", 3, {"n": 7, "name": t}, target=t),
+        )
+    ]
+    result = sink.write(2, second)
+    assert (result.applied, result.older, sorted(r.doc_id for r, _ in result.rejected)) == (
+        9, 3, [f"{t}-bad" for t in names]
+    )  # fmt: skip
+    for t in names:
+        want = {f"{t}-{i}": (2, {"n": i, "name": f"{t} {i}"}) for i in range(50) if i not in (1, 2)}
+        want |= {f"{t}-1": (3, {"n": 100, "name": "x" * 30_000}), f"{t}-new": (3, {"n": 7, "name": t})}
+        assert sink.held(t) == want, t
+        history = spark.read.format("delta").load(str(tmp_path / f"lake/{t}__history"))
+        assert history.count() == 50 + 4, t  # every change but the bad row's: the older one is a change too
+
+
 def test_a_bad_row_is_rejected_and_the_rest_applied(spark: Any, tmp_path: Path) -> None:
     mapping = TableMapping(table="public.items", target="items", types={"n": "int", "price": "decimal"})
     sink = make_sink(spark, tmp_path, mapping)
