@@ -85,7 +85,7 @@ from cdcsync.sync.sinks.delta_values import (
     spark_type,
     stored,
 )
-from cdcsync.sync.sinks.delta_writers import TABLES_AT_ONCE, each_table, one_writer
+from cdcsync.sync.sinks.delta_writers import each_table, one_writer, tables_at_once
 
 if TYPE_CHECKING:
     from cdcsync.sync.mapping import TableMapping
@@ -147,7 +147,7 @@ class DeltaSink:
         self._spark = spark
         self._tables: dict[str, _Table] = {}
         self._staged: set[str] = set()  # targets whose _tables entry is the staging table, until publish
-        self.tables_at_once = TABLES_AT_ONCE  # a batch's tables MERGEd at once (delta_writers)
+        self.tables_at_once = tables_at_once()  # a batch's tables MERGEd at once (delta_writers)
 
     # ------------------------------------------------------------------ contract
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
 
-from cdcsync.errors import RetryableError
+from cdcsync.errors import FatalError, RetryableError
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,16 @@ SAY_AFTER_S = 30.0
 _held = threading.local()  # paths this thread holds: a nested write of the same table must not wait on itself
 # A batch's tables MERGEd at once (bench.delta_tables). Each holds its share of the batch and its own tasks'
 # buffers, so the memory bound of a batch (sync.batching) still holds; more than the cores buys nothing.
-TABLES_AT_ONCE = int(os.environ.get("CDCSYNC_DELTA_TABLES_AT_ONCE", "2"))
+TABLES_AT_ONCE = 2
 T = TypeVar("T")
+
+
+def tables_at_once() -> int:
+    """``TABLES_AT_ONCE``, or ``CDCSYNC_DELTA_TABLES_AT_ONCE`` when set (1 MERGEs one table at a time)."""
+    raw = os.environ.get("CDCSYNC_DELTA_TABLES_AT_ONCE", str(TABLES_AT_ONCE)).strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise FatalError(f"CDCSYNC_DELTA_TABLES_AT_ONCE={raw!r}: want a whole number of tables, 1 or more")
+    return int(raw)
 
 
 def lock_file(path: str) -> Path | None:
