@@ -67,9 +67,8 @@ class Writer:
         self.kind, self.table = kind, table
         self.stop = threading.Event()
         self.changes = 0
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
         self._i = 0  # transactions written
+        self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def warm_up(self, transactions: int) -> None:
         """``transactions`` written at once, in this thread, before the paced writes start."""
