@@ -33,14 +33,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync import metrics
-from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import BinlogSeq, Change, PoisonRecord, SnapshotLsn, parse_record
 from cdcsync.sync import shape
+from cdcsync.sync.dead_letters import DeadLetters
 from cdcsync.sync.mapping import TableMapping, map_row
 from cdcsync.sync.sink import Row, Sink, WriteResult
 
@@ -191,75 +189,6 @@ def snapshot_record(change: Change, doc: Any = None) -> Record:
     """A row read from the source, as the record a dead letter carries (no Kafka coordinates)."""
     value = orjson.dumps({"after": doc}, default=str) if doc is not None else None
     return Record(change.topic, -1, -1, orjson.dumps(change.key, default=str), value)
-
-
-QUEUE_FULL_ATTEMPTS, QUEUE_FULL_WAIT_S = 3, 20.0  # a dead letter's tries while the producer's queue is full
-
-
-class DeadLetters:
-    """Poison records, with the reason and the source coordinates in headers."""
-
-    def __init__(self, kafka: dict[str, str], topic: str, follower: str) -> None:
-        self.topic, self.follower = topic, follower
-        self._producer = Producer({**kafka, "enable.idempotence": True, "linger.ms": 5})
-        self._errors: list[str] = []
-
-    def send(self, record: Record, stage: str, reason: str) -> None:
-        headers = [
-            ("cdcsync.error", reason.encode()),
-            ("cdcsync.stage", stage.encode()),
-            ("cdcsync.follower", self.follower.encode()),
-            ("cdcsync.topic", record.topic.encode()),
-            ("cdcsync.partition", str(record.partition).encode()),
-            ("cdcsync.offset", str(record.offset).encode()),
-        ]
-        for _attempt in range(QUEUE_FULL_ATTEMPTS):
-            try:
-                self._producer.produce(
-                    self.topic, key=record.key, value=record.value, headers=headers, on_delivery=self._delivered
-                )
-                return
-            except BufferError:
-                # The producer's own queue is full (queue.buffering.max.messages / .kbytes): a long run of
-                # poison records in one batch. Let it deliver what it holds, then queue this one.
-                self._producer.flush(QUEUE_FULL_WAIT_S)
-        raise RetryableError(
-            f"dead-letter topic {self.topic}: the producer's queue stayed full for "
-            f"{QUEUE_FULL_ATTEMPTS * QUEUE_FULL_WAIT_S:.0f}s (is Kafka reachable?)"
-        )
-
-    def _delivered(self, err: Any, _msg: Any) -> None:
-        if err is not None:
-            self._errors.append(str(err))
-
-    def flush(self, timeout: float = 60) -> None:
-        remaining = self._producer.flush(timeout)
-        if remaining or self._errors:
-            errors, self._errors = self._errors, []
-            raise RetryableError(f"dead-letter topic {self.topic}: {remaining} undelivered, errors: {errors[:3]}")
-
-
-def ensure_dead_letter_topic(config: Config, follower: FollowerConfig) -> None:
-    """Create the follower's dead-letter topic if missing (30 days of retention: reasons to read, not state)."""
-    admin = AdminClient(config.kafka.client_config())
-    if follower.dlq_topic in admin.list_topics(timeout=15).topics:
-        return
-    futures = admin.create_topics(
-        [
-            NewTopic(
-                follower.dlq_topic,
-                num_partitions=1,
-                replication_factor=config.kafka.topic_replication_factor,
-                config={"retention.ms": str(30 * 24 * 3600 * 1000)},
-            )
-        ]
-    )
-    for future in futures.values():
-        try:
-            future.result(timeout=30)
-        except Exception as err:  # created meanwhile by another process is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(err):
-                raise
 
 
 class Follower:

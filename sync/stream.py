@@ -31,7 +31,8 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
 from cdcsync.sync import batching, executors, rebuild
 from cdcsync.sync.catalog import learner, mappings_for
-from cdcsync.sync.follower import DeadLetters, Follower, Record, arrow_records, ensure_dead_letter_topic, tune_gc
+from cdcsync.sync.dead_letters import DeadLetters, ensure_dead_letter_topic
+from cdcsync.sync.follower import Follower, Record, arrow_records, tune_gc
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.position import base_dir, check_position, checkpoint_dir, resume_position, start_file
 from cdcsync.sync.sinks import build_sink

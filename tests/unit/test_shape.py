@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from cdcsync.sync.follower import DeadLetters, Follower, Record
+from cdcsync.sync.dead_letters import DeadLetters
+from cdcsync.sync.follower import Follower, Record
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.shape import ShapeChanged, shape_changed, shapes_changed
 from cdcsync.sync.sink import Row, WriteResult
