@@ -199,15 +199,21 @@ class DeltaSink:
             self._staged.add(target)
 
     def publish(self) -> None:
-        """Replace each staged target's live table in one commit, then remove the staging table."""
-        for target in sorted(self._staged):
-            staged, live = self._tables[target], f"{self.path}/{target}"
-            with one_writer(live), _spark_errors(f"publishing {staged.path} to {live}"):
-                rows = self._spark.read.format("delta").load(staged.path)
-                rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
-            self._tables[target] = _Table(live, staged.kinds, staged.history)
-            self._staged.discard(target)
-            self._remove(staged.path)
+        """Replace each staged target's live table in one commit, then remove its staging table.
+
+        ``tables_at_once`` targets at a time, as a batch's MERGEs: a bootstrap of many small tables
+        is mostly each overwrite's fixed cost.
+        """
+        each_table([partial(self._publish_one, target) for target in sorted(self._staged)], self.tables_at_once)
+
+    def _publish_one(self, target: str) -> None:
+        staged, live = self._tables[target], f"{self.path}/{target}"
+        with one_writer(live), _spark_errors(f"publishing {staged.path} to {live}"):
+            rows = self._spark.read.format("delta").load(staged.path)
+            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
+        self._tables[target] = _Table(live, staged.kinds, staged.history)
+        self._staged.discard(target)
+        self._remove(staged.path)
 
     def _remove(self, path: str) -> None:
         """Delete a directory tree through Hadoop's file system API, so any ``path`` scheme works."""

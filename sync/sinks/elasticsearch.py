@@ -78,7 +78,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, cast
 
@@ -101,6 +101,7 @@ REFRESH_KEYS = ("refresh_interval", "index.refresh_interval")  # how index_setti
 CHUNK_BYTES = 8 * 1024 * 1024  # far below http.max_content_length (100 MB): bounded memory on both ends
 PAGE = 1000
 DROP_GRACE_S = 3.0  # publish: how long requests that resolved the alias to the old index get to finish
+NAMES_PER_REQUEST = 2000  # characters of index names per delete: the request line stays under ES's 4 KB
 
 # Column type (sync.mapping.TYPES) -> field mapping. Types missing here stay dynamic.
 # A decimal is a double (range queries, sorting, aggregations) with its exact digits in ``<field>.exact``
@@ -364,12 +365,34 @@ class ElasticsearchSink:
         return sorted(self._client.indices.get_alias(name=alias))
 
     def publish(self) -> None:
-        """Move each staged target's alias to its new index in one request, then drop the old index."""
-        for target, physical in list(self._staged.items()):
-            self._call(f"publish {physical}", self._publish_one, self.alias(target), physical)
-            del self._staged[target]
+        """Move every staged target's alias to its new index in one request, then drop the old indexes.
 
-    def _publish_one(self, alias: str, physical: str) -> None:
+        One ``_aliases`` request for all targets: readers see every target switch at once, and a
+        bootstrap of many tables waits out ``DROP_GRACE_S`` once, not once per table.
+        """
+        staged = dict(self._staged)
+        if not staged:
+            return
+        for physical in staged.values():
+            self._call(f"publish {physical}", self._ready, physical)
+        actions: list[dict[str, Any]] = []
+        old: list[str] = []
+        for target, physical in staged.items():
+            alias = self.alias(target)
+            behind = [index for index in self._call(f"publish {physical}", self._behind, alias) if index != physical]
+            actions += [{"remove": {"index": index, "alias": alias}} for index in behind]
+            actions.append({"add": {"index": physical, "alias": alias, "is_write_index": True, "filter": HIDE_MARKERS}})
+            old += behind
+        names = ", ".join(staged.values())
+        self._call(f"publish {names}", self._client.indices.update_aliases, actions=actions)  # atomic for readers
+        self._staged.clear()
+        if old:
+            time.sleep(DROP_GRACE_S)
+            for chunk in _name_lists(old):
+                self._call(f"dropping {chunk}", self._client.indices.delete, index=chunk)
+
+    def _ready(self, physical: str) -> None:
+        """Put a staged index's own refresh interval back, check it, and refresh it (module docstring)."""
         wanted = next((str(self.index_settings[k]) for k in REFRESH_KEYS if k in self.index_settings), None)
         self._client.indices.put_settings(index=physical, settings={"index": {"refresh_interval": wanted}})
         now = self._client.indices.get_settings(index=physical, name="index.refresh_interval", flat_settings=True)
@@ -377,13 +400,6 @@ class ElasticsearchSink:
         if found != wanted:  # None on both sides: the server's default
             raise RetryableError(f"{physical}: refresh_interval is {found!r} after restoring it to {wanted!r}")
         self._client.indices.refresh(index=physical)
-        old = [index for index in self._behind(alias) if index != physical]
-        actions: list[dict[str, Any]] = [{"remove": {"index": index, "alias": alias}} for index in old]
-        actions.append({"add": {"index": physical, "alias": alias, "is_write_index": True, "filter": HIDE_MARKERS}})
-        self._client.indices.update_aliases(actions=actions)  # one cluster-state update: atomic for readers
-        if old:
-            time.sleep(DROP_GRACE_S)
-            self._client.indices.delete(index=",".join(old))
 
     # ------------------------------------------------------------------ write
 
@@ -581,6 +597,20 @@ def _reason(error: dict[str, Any]) -> str:
 
 
 _PLAIN = frozenset({str, int, float, bool})
+
+
+def _name_lists(names: Sequence[str]) -> Iterator[str]:
+    """``names`` as comma-separated lists of at most ~NAMES_PER_REQUEST characters each."""
+    chunk: list[str] = []
+    size = -1  # the joined length: a comma before each name but the first
+    for name in names:
+        if chunk and size + 1 + len(name) > NAMES_PER_REQUEST:
+            yield ",".join(chunk)
+            chunk, size = [], -1
+        chunk.append(name)
+        size += 1 + len(name)
+    if chunk:
+        yield ",".join(chunk)
 
 
 def _json_safe(value: Any) -> Any:

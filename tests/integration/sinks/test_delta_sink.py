@@ -228,6 +228,23 @@ def test_a_batch_of_three_tables_lands_in_each_as_if_written_alone(spark: Any, t
         assert history.count() == 50 + 4, t  # every change but the bad row's: the older one is a change too
 
 
+def test_a_publish_of_three_staged_tables_replaces_each_live_table_with_its_own(spark: Any, tmp_path: Path) -> None:
+    """A bootstrap's publish overwrites two tables at a time: each live table ends as its own staged one."""
+    names = ("items", "orders", "users")
+    mappings = [TableMapping(table=f"public.{t}", target=t, types={"n": "int", "name": "text"}) for t in names]
+    live = make_sink(spark, tmp_path, *mappings)
+    live.write(1, [upsert(f"{t}-old", 9, {"n": 0, "name": "orphan"}, target=t) for t in names])
+    reindex = make_sink(spark, tmp_path / "other", *mappings)
+    reindex.path = str(tmp_path / "lake")
+    reindex.stage(mappings)
+    staged = [upsert(f"{t}-{i}", 5, {"n": i, "name": t}, target=t) for n, t in enumerate(names) for i in range(n + 1)]
+    assert reindex.write(1, staged).applied == 6
+    reindex.publish()
+    for n, t in enumerate(names):
+        assert live.held(t) == {f"{t}-{i}": (5, {"n": i, "name": t}) for i in range(n + 1)}, t
+        assert not (tmp_path / f"lake/{t}__staging").exists()
+
+
 def test_a_bad_row_is_rejected_and_the_rest_applied(spark: Any, tmp_path: Path) -> None:
     mapping = TableMapping(table="public.items", target="items", types={"n": "int", "price": "decimal"})
     sink = make_sink(spark, tmp_path, mapping)

@@ -21,6 +21,7 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Change
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Row
+from cdcsync.sync.sinks import elasticsearch as elasticsearch_sink
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from tests.support import ENV, uid
 
@@ -168,6 +169,33 @@ def test_a_staged_index_fills_without_refreshes_and_publishes_with_its_own_inter
     assert es.count(index=f"{prefix}items")["count"] == 5  # refreshed before the alias moved
     assert list(es.indices.get_alias(name=f"{prefix}items")) == [staged]
     sink.close()
+
+
+def test_a_publish_of_several_targets_moves_every_alias_and_drops_every_old_index(
+    es: Elasticsearch, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bootstrap's publish: one alias request for all targets, one grace, the old indexes dropped in lists."""
+    monkeypatch.setattr(elasticsearch_sink, "NAMES_PER_REQUEST", 1)  # one old index per delete request
+    targets = ["items", "orders", "users"]
+    mappings = [TableMapping(f"public.{t}", t, types=TYPES) for t in targets]
+    live = ElasticsearchSink("es-test", ES_URL, index_prefix=prefix)
+    live.open(mappings)
+    for n, t in enumerate(targets):
+        assert live.write(1, [upsert(t, i, 10, name=f"old {t}") for i in range(n + 1)]).applied == n + 1
+    reindex = ElasticsearchSink("es-test", ES_URL, index_prefix=prefix)
+    reindex.stage(mappings)
+    for t in targets:
+        assert reindex.write(1, [upsert(t, i, 20, name=f"new {t}") for i in range(3)]).applied == 3
+    reindex.publish()
+    for t in targets:
+        alias = f"{prefix}{t}"
+        assert list(es.indices.get_alias(name=alias)) == [f"{alias}-000002"]
+        assert not es.indices.exists(index=f"{alias}-000001")
+        assert {doc["name"] for _v, doc in live.held(t).values()} == {f"new {t}"}  # writers follow the alias
+        assert visible(es, alias) == 3
+    reindex.publish()  # nothing staged any more: a no-op
+    live.close()
+    reindex.close()
 
 
 def test_older_version_after_a_newer_one_is_older(prefix: str) -> None:
