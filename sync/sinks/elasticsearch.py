@@ -17,10 +17,10 @@ name. Nobody searches it, so it is filled the way a bulk load is: with
 ``publish`` puts the index's own ``refresh_interval`` back and reads it back
 (a staged index left without refreshes is refused), refreshes it (so the
 first search after the switch sees all of it), then moves the alias, filter and write flag included, in ONE
-``_aliases`` request: a reader resolves the alias to the old index or to the
-new one, never to none or both. After ``DROP_GRACE_S`` (requests that resolved
-the alias just before the swap finish on the old index) the old index is
-deleted. A new follower has no alias until its first publish.
+``_aliases`` request for every staged target: a reader resolves an alias to the old index or to the
+new one, never to none or both, and sees all targets switch together. After ``DROP_GRACE_S`` (requests
+that resolved an alias just before the swap finish on the old index), waited once per publish and not
+once per target (``python -m bench.publish``), the old indexes are deleted. A new follower has no alias until its first publish.
 
 Guarantees (``cdcsync.sync.sink``):
 
