@@ -20,7 +20,8 @@ first search after the switch sees all of it), then moves the alias, filter and 
 ``_aliases`` request for every staged target: a reader resolves an alias to the old index or to the
 new one, never to none or both, and sees all targets switch together. After ``DROP_GRACE_S`` (requests
 that resolved an alias just before the swap finish on the old index), waited once per publish and not
-once per target (``python -m bench.publish``), the old indexes are deleted. A new follower has no alias until its first publish.
+once per target (``python -m bench.publish``), the old indexes are deleted. A new follower has no
+alias until its first publish.
 
 Guarantees (``cdcsync.sync.sink``):
 
