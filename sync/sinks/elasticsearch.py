@@ -36,7 +36,7 @@ Guarantees (``cdcsync.sync.sink``):
   drops them). The alias filter hides markers from search, count and point in
   time; it does **not** apply to GET/mget by id, so a reader fetching by id
   must check ``cdcsync_deleted``.
-- **Errors** (``classify_item``; the sink contract's rule: only an error
+- **Errors** (``elasticsearch_errors.classify_item``; the sink contract's rule: only an error
   about that one document rejects it, every other one stops the batch):
 
   ==============  ======================================================
@@ -91,6 +91,7 @@ from elasticsearch import ApiError, Elasticsearch
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
+from cdcsync.sync.sinks.elasticsearch_errors import RETRYABLE_STATUS, RETRYABLE_TYPES, classify_item, error_type, reason
 
 log = logging.getLogger(__name__)
 
@@ -131,18 +132,6 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
 # document (index, id, version, shards, seq_no ...), which Elasticsearch writes and the client parses.
 BULK_ANSWER = "items.*.status,items.*.error"
 HIDE_MARKERS = {"bool": {"must_not": {"term": {DELETED_FIELD: True}}}}
-# Server trouble that passes: a retry of the whole batch can succeed.
-RETRYABLE_STATUS = {429, 502, 503, 504}
-RETRYABLE_TYPES = {"es_rejected_execution_exception", "circuit_breaking_exception", "cluster_block_exception"}
-# How a bulk item's error is taken (``classify_item``; the module docstring's table). Only these are about
-# the one document: the same document fails again, the others do not. Everything else stops the batch.
-REJECTED_TYPES = frozenset(
-    {"mapper_parsing_exception", "document_parsing_exception", "strict_dynamic_mapping_exception"}
-)
-# ES also uses illegal_argument_exception for requests and aliases ("no write index is defined for alias"):
-# it rejects a row only when its reason is about the document's fields, terms or mapping.
-ROW_ARGUMENT = re.compile(r"field|mapper|mapping|immense term", re.IGNORECASE)
-FATAL_ITEM_TYPES = frozenset({"index_not_found_exception", "security_exception"})
 MAX_ID_BYTES = 512  # longer: ES fails the WHOLE bulk request (action_request_validation_exception)
 
 
@@ -242,7 +231,7 @@ class ElasticsearchSink:
                     self._create(physical, props, aliases={alias: alias_body})
                 return
             except ApiError as err:
-                if _error_type(err.body) != "resource_already_exists_exception":
+                if error_type(err.body) != "resource_already_exists_exception":
                     raise
 
     def _keep_legacy_decimals(self, alias: str, props: dict[str, Any]) -> dict[str, Any]:
@@ -468,14 +457,14 @@ class ElasticsearchSink:
             elif kind == "older":  # the store holds this version or a newer one
                 result.older += 1
             elif kind == "reject":
-                result.rejected.append((row, _reason(error or {})))
+                result.rejected.append((row, reason(error or {})))
             else:
                 raise self._item_error(kind, status, error or {}, row.target)
         return result
 
     def _item_error(self, kind: str, status: int, error: dict[str, Any], target: str) -> Exception:
         """The error that stops a batch for an item Elasticsearch refused for a reason not about its row."""
-        refused = f"elasticsearch {self.url} refused a write to {self.physical(target)} ({status}): {_reason(error)}"
+        refused = f"elasticsearch {self.url} refused a write to {self.physical(target)} ({status}): {reason(error)}"
         if kind == "closed":  # someone closed it; retried, then the follower stops: never dead letters
             index = error.get("index") or self.physical(target)
             return RetryableError(
@@ -553,48 +542,13 @@ class ElasticsearchSink:
             status = err.meta.status
             if status == 413:
                 raise _TooLarge from None
-            if status in RETRYABLE_STATUS or _error_type(err.body) in RETRYABLE_TYPES:
+            if status in RETRYABLE_STATUS or error_type(err.body) in RETRYABLE_TYPES:
                 raise RetryableError(f"elasticsearch {self.url} refused {what} ({status}): {err}") from None
             raise FatalError(f"elasticsearch {self.url}: {what} failed ({status}): {err}") from None
 
 
-def classify_item(status: int, error: dict[str, Any] | None) -> str:
-    """How one bulk item's answer is taken (module docstring's table).
-
-    One of 'applied', 'older', 'reject', 'retry', 'closed', 'fatal' or
-    'unknown' (retried too, then the follower stops: never a rejection).
-    """
-    if error is None:
-        return "applied"
-    kind = error.get("type")
-    if status == 409 and kind == "version_conflict_engine_exception":
-        return "older"
-    if kind == "index_closed_exception":
-        return "closed"
-    if status in RETRYABLE_STATUS or kind in RETRYABLE_TYPES:
-        return "retry"
-    if kind in FATAL_ITEM_TYPES:
-        return "fatal"
-    if kind in REJECTED_TYPES:
-        return "reject"
-    if kind == "illegal_argument_exception" and ROW_ARGUMENT.search(str(error.get("reason", ""))):
-        return "reject"
-    return "unknown"
-
-
 class _TooLarge(Exception):
     """HTTP 413: the bulk body exceeds the server's http.max_content_length."""
-
-
-def _error_type(body: Any) -> str | None:
-    error = body.get("error") if isinstance(body, dict) else None
-    return error.get("type") if isinstance(error, dict) else None
-
-
-def _reason(error: dict[str, Any]) -> str:
-    text = f"{error.get('type')}: {error.get('reason')}"
-    cause = error.get("caused_by")
-    return f"{text} (caused by {cause.get('type')}: {cause.get('reason')})" if isinstance(cause, dict) else text
 
 
 _PLAIN = frozenset({str, int, float, bool})

@@ -211,7 +211,7 @@ def test_an_id_elasticsearch_cannot_take_is_rejected_before_the_request(monkeypa
 
 
 def test_elasticsearch_classification_of_plain_answers() -> None:
-    from cdcsync.sync.sinks.elasticsearch import REJECTED_TYPES, classify_item
+    from cdcsync.sync.sinks.elasticsearch_errors import REJECTED_TYPES, classify_item
 
     assert "index_closed_exception" not in REJECTED_TYPES
     assert classify_item(201, None) == "applied"
