@@ -95,6 +95,11 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         # of max_batch_bytes each, with their Arrow and Delta MERGE copies (docs/daemon.md, "Memory").
         .config("spark.driver.memory", os.environ.get("CDCSYNC_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.shuffle.partitions", "4")
+        # Adaptive execution runs each shuffle stage of a plan as a job of its own, to re-plan between them. A
+        # warehouse MERGE of a few thousand rows ran 19 jobs with it and 14 without, and took ~10% less time in
+        # the daemon at 1k changes/s (docs/performance.md, "Delta: adaptive execution off"). Streaming batches
+        # never use it. CDCSYNC_SPARK_ADAPTIVE=true turns it back on.
+        .config("spark.sql.adaptive.enabled", os.environ.get("CDCSYNC_SPARK_ADAPTIVE", "false"))
         # Spark keeps compiled generated code in a cache of 100 entries by default. Three followers' batches
         # and the warehouse's MERGE stages outgrow it: the same classes were compiled again ~3 times a second,
         # each then loaded and JIT-compiled anew (docs/performance.md, "Generated code").
