@@ -18,30 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
+from functools import partial
 from typing import Any
 
-from bench.common import say
-from bench.delta_compaction import _Table
+from bench.delta_compaction import _Table, by_row_width
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
 WARM_UP = 4  # MERGEs not timed, two of each way: the first plans and the JIT's first compiles
 
 
-def run(spark: Any, args: argparse.Namespace, row_kb: int) -> dict[str, Any]:
-    table = _Table(spark)
-    body = os.urandom(row_kb * 512).hex() if row_kb else "x" * 200
-    initial, share = (5_000, 4) if row_kb else (50_000, 1)
-
-    def rows(inserts: int, updates: int) -> list[Any]:
-        out = table.rows(inserts, updates)
-        for row in out:
-            row.doc["name"] = body
-        return out
-
-    table.merge(0, rows(initial, 0))
+def run(spark: Any, args: argparse.Namespace, table: _Table, share: int) -> dict[str, Any]:
     tracker = spark.sparkContext.statusTracker()
     times: dict[str, list[float]] = {"on": [], "off": []}
     jobs: dict[str, list[int]] = {"on": [], "off": []}
@@ -49,9 +37,9 @@ def run(spark: Any, args: argparse.Namespace, row_kb: int) -> dict[str, Any]:
         for n in range(2 * args.merges + WARM_UP):
             way = ("on", "off")[n % 2]
             spark.conf.set(ADAPTIVE, "true" if way == "on" else "false")
-            group = f"bench-adaptive-{row_kb}-{n}"
+            group = f"bench-adaptive-{share}-{n}"
             spark.sparkContext.setJobGroup(group, group)
-            changes = rows(0, args.updates // share)
+            changes = table.rows(0, args.updates // share)
             started = time.monotonic()
             table.sink.write(n + 1, changes)
             if n >= WARM_UP:
@@ -76,12 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from cdcsync.spark import spark_session
 
     spark = spark_session("cdcsync-bench-delta-adaptive")
-    results: dict[str, Any] = {}
-    for row_kb in (0, args.row_kb):
-        label, share = (f"{row_kb} KB rows", 4) if row_kb else ("narrow rows", 1)
-        say(f"{label}: {args.merges} MERGEs each way, {args.updates // share} updates each ...")
-        results[label] = run(spark, args, row_kb)
-        say(f"  {results[label]}")
+    results = by_row_width(spark, args.row_kb, partial(run, spark, args))
     if args.json:
         print(json.dumps(results))
     else:

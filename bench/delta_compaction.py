@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import say
@@ -38,18 +40,21 @@ WINDOW = 25
 AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled"
 
 
-def _row(doc_id: str, version: int) -> Any:
+def _row(doc_id: str, version: int, name: str) -> Any:
     from cdcsync.events import Change
     from cdcsync.sync.sink import Row
 
     change = Change("bench", "public.items", "u", {"id": doc_id}, None, 1_709_207_130_123, version, "t", 0, version)
-    return Row(change, "items", doc_id, {"n": version, "name": "x" * 200})
+    return Row(change, "items", doc_id, {"n": version, "name": name})
 
 
 class _Table:
-    """One fresh table written by the Delta sink, with the ids it holds and the next version."""
+    """One fresh table written by the Delta sink, with the ids it holds and the next version.
 
-    def __init__(self, spark: Any) -> None:
+    Each row's ``name`` is 200 characters, or random text of ``row_kb`` KB (the same in every row).
+    """
+
+    def __init__(self, spark: Any, row_kb: int = 0) -> None:
         from cdcsync.sync.mapping import TableMapping
         from cdcsync.sync.sinks.delta import DeltaSink
 
@@ -58,6 +63,7 @@ class _Table:
         self.sink.open([TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})])
         self.ids: list[str] = []
         self.version = 0
+        self.name = os.urandom(row_kb * 512).hex() if row_kb else "x" * 200
 
     def rows(self, inserts: int, updates: int) -> list[Any]:
         new = [uuid.uuid4().hex for _ in range(inserts)]
@@ -66,7 +72,7 @@ class _Table:
         out = []
         for doc_id in new + old:
             self.version += 1
-            out.append(_row(doc_id, self.version))
+            out.append(_row(doc_id, self.version, self.name))
         return out
 
     def merge(self, batch_id: int, rows: list[Any]) -> float:
@@ -79,6 +85,23 @@ class _Table:
 
         row = DeltaTable.forPath(self.spark, f"{self.path}/items").detail().collect()[0]
         return int(row["numFiles"]), row["sizeInBytes"] / 2**20
+
+
+def by_row_width(spark: Any, row_kb: int, measure: Callable[[_Table, int], dict[str, Any]]) -> dict[str, Any]:
+    """``measure(table, share)`` on narrow rows, then on rows of ``row_kb`` KB; the figures by row width.
+
+    Narrow: a 50,000-row table and ``share`` 1. Wide: a 5,000-row table and ``share`` 4, a quarter of the
+    changes per MERGE (the warehouse's batches are bound to 16 MiB).
+    """
+    results: dict[str, Any] = {}
+    for kb in (0, row_kb):
+        label, initial, share = (f"{kb} KB rows", 5_000, 4) if kb else ("narrow rows", 50_000, 1)
+        table = _Table(spark, kb)
+        table.merge(0, table.rows(initial, 0))
+        say(f"{label}: a {initial:,}-row table ...")
+        results[label] = measure(table, share)
+        say(f"  {results[label]}")
+    return results
 
 
 def growth(spark: Any, args: argparse.Namespace, compact: bool) -> list[dict[str, Any]]:

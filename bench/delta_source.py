@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
+from functools import partial
 from typing import Any
 
-from bench.common import say
-from bench.delta_compaction import _Table
+from bench.delta_compaction import _Table, by_row_width
 
 
 def tuples(spark: Any, data: list[tuple[Any, ...]], schema: Any) -> Any:
@@ -32,27 +31,17 @@ def tuples(spark: Any, data: list[tuple[Any, ...]], schema: Any) -> Any:
     return spark.createDataFrame(data, schema)
 
 
-def run(spark: Any, args: argparse.Namespace, row_kb: int) -> dict[str, float]:
+def run(args: argparse.Namespace, table: _Table, share: int) -> dict[str, float]:
     from cdcsync.sync.sinks import delta, delta_values
 
-    table = _Table(spark)
-    body = os.urandom(row_kb * 512).hex() if row_kb else "x" * 200
-
-    def rows(inserts: int, updates: int) -> list[Any]:
-        out = table.rows(inserts, updates)
-        for row in out:
-            row.doc["name"] = body
-        return out
-
-    initial, share = (5_000, 4) if row_kb else (50_000, 1)
-    table.merge(0, rows(initial, 0))
     times: dict[str, list[float]] = {"tuples": [], "arrow": []}
     try:
         for n in range(2 * args.merges + 4):
             way = ("tuples", "arrow")[n % 2]
             delta.frame = tuples if way == "tuples" else delta_values.frame  # type: ignore[attr-defined]
+            changes = table.rows(args.inserts // share, args.updates // share)
             started = time.monotonic()
-            table.sink.write(n + 1, rows(args.inserts // share, args.updates // share))
+            table.sink.write(n + 1, changes)
             if n >= 4:  # the first two of each way warm the plan
                 times[way].append(time.monotonic() - started)
     finally:
@@ -73,13 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from cdcsync.spark import spark_session
 
     spark = spark_session("cdcsync-bench-delta-source")
-    results: dict[str, Any] = {}
-    for row_kb in (0, args.row_kb):
-        label, share = (f"{row_kb} KB rows", 4) if row_kb else ("narrow rows", 1)
-        each = f"{args.inserts // share} new rows and {args.updates // share} updates each"
-        say(f"{label}: {args.merges} MERGEs each way, {each} ...")
-        results[label] = run(spark, args, row_kb)
-        say(f"  {results[label]}")
+    results = by_row_width(spark, args.row_kb, partial(run, args))
     if args.json:
         print(json.dumps(results))
     else:
