@@ -24,6 +24,7 @@ one would drop the first's unpublished store in its own ``stage``.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -167,7 +168,9 @@ def read_window(
                     f"still pending: {sorted(f'{tp.topic}[{tp.partition}]' for tp in pending)}"
                 )
     finally:
-        reader.unassign()
+        # A caller that stops half-way may close the consumer before it lets go of this generator.
+        with contextlib.suppress(RuntimeError):  # confluent_kafka: "Consumer closed"
+            reader.unassign()
 
 
 def replay(
