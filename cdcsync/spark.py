@@ -57,6 +57,11 @@ CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark
 # 1k changes/s keeps ~50 live small files (each MERGE's are replaced when their rows next change), so 50 would
 # compact every few MERGEs, each compaction a slower batch. Each file costs a MERGE ~0.6 ms (bench.delta_compaction).
 COMPACT_AT_FILES = "200"
+# How long each version of a Delta table keeps an entry for every file a commit replaced (a "tombstone";
+# Delta's default: a week). Every MERGE reads the version's whole state and every log checkpoint writes it,
+# and a table MERGEd every few seconds gains ~6 a MERGE, ~150,000 a day. VACUUM without RETAIN keeps the
+# replaced files this long (docs/performance.md, "Delta: replaced files' entries").
+TOMBSTONE_RETENTION = "interval 1 hours"
 
 
 def default_master() -> str:
@@ -123,6 +128,10 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         # CDCSYNC_DELTA_AUTO_COMPACT=false turns it off.
         .config("spark.databricks.delta.autoCompact.enabled", os.environ.get("CDCSYNC_DELTA_AUTO_COMPACT", "true"))
         .config("spark.databricks.delta.autoCompact.minNumFiles", COMPACT_AT_FILES)
+        .config(
+            "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration",
+            os.environ.get("CDCSYNC_DELTA_TOMBSTONE_RETENTION", TOMBSTONE_RETENTION),
+        )
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log
         # Only errors from the JVM's first line on (cdcsync/log4j2.properties): no start-up notices in the log.

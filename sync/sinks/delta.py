@@ -120,6 +120,9 @@ REPLACED, REPLANS = "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS", 3
 
 
 STAGING = "__staging"
+# How long a table version's state keeps each replaced file's entry (cdcsync.spark.TOMBSTONE_RETENTION).
+TOMBSTONES = "delta.deletedFileRetentionDuration"
+TOMBSTONES_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"  # for new tables
 
 
 @dataclass
@@ -323,9 +326,11 @@ class DeltaSink:
         with one_writer(path), _spark_errors(f"opening {path}"):
             DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema).execute()
             existing = DeltaTable.forPath(self._spark, path).toDF().schema
+            self._keep_tombstones(path)
         if self.history:
             with one_writer(table.history), _spark_errors(f"opening {table.history}"):
                 DeltaTable.createIfNotExists(self._spark).location(table.history).addColumns(HISTORY).execute()
+                self._keep_tombstones(table.history)
         for field in existing.fields:
             if field.name in META.fieldNames():
                 continue
@@ -338,6 +343,25 @@ class DeltaSink:
             table.kinds[field.name] = columns.get(field.name, kind_of(field.dataType))
         self._add_columns(table, {n: k for n, k in columns.items() if n not in table.kinds})
         return table
+
+    def _keep_tombstones(self, path: str) -> None:
+        """Give a table that lacks one the session's tombstone retention (``cdcsync.spark.TOMBSTONE_RETENTION``).
+
+        New tables take it from the session's defaults; this is for tables an earlier cdcsync created, which
+        keep Delta's week. A retention an operator set on the table is left as it is. Called holding the lock.
+        """
+        wanted = self._spark.conf.get(TOMBSTONES_DEFAULT, None)
+        if not wanted:  # a session not made by cdcsync.spark: Delta's own default
+            return
+        if "'" in wanted:
+            raise FatalError(
+                f"{TOMBSTONES_DEFAULT}={wanted!r} (CDCSYNC_DELTA_TOMBSTONE_RETENTION): want 'interval N hours'"
+            )
+        # The table's metadata only (DESCRIBE DETAIL would also count its files: a Spark job).
+        properties = {row[0] for row in self._spark.sql(f"SHOW TBLPROPERTIES delta.{quote(path)}").collect()}
+        if TOMBSTONES not in properties:
+            self._spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ('{TOMBSTONES}' = '{wanted}')")
+            log.info("sink=%s table=%s %s=%r (was Delta's default, a week)", self.name, path, TOMBSTONES, wanted)
 
     def _add_columns(self, table: _Table, columns: dict[str, str | None]) -> None:
         if not columns:
