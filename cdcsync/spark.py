@@ -57,11 +57,12 @@ CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark
 # 1k changes/s keeps ~50 live small files (each MERGE's are replaced when their rows next change), so 50 would
 # compact every few MERGEs, each compaction a slower batch. Each file costs a MERGE ~0.6 ms (bench.delta_compaction).
 COMPACT_AT_FILES = "200"
-# How long each version of a Delta table keeps an entry for every file a commit replaced (a "tombstone";
-# Delta's default: a week). Every MERGE reads the version's whole state and every log checkpoint writes it,
-# and a table MERGEd every few seconds gains ~6 a MERGE, ~150,000 a day. VACUUM without RETAIN keeps the
-# replaced files this long (docs/performance.md, "Delta: replaced files' entries").
-TOMBSTONE_RETENTION = "interval 1 hours"
+# How long each version of a Delta table keeps an entry for every file a commit replaced (Delta calls them
+# tombstones, which have nothing to do with Kafka's; its default: a week). Every MERGE reads the version's
+# whole state and every log checkpoint writes it, and a table MERGEd every few seconds gains ~6 a MERGE,
+# ~150,000 a day. VACUUM without RETAIN keeps the replaced files this long (docs/performance.md,
+# "Delta: replaced files' entries").
+REPLACED_FILE_RETENTION = "interval 1 hours"
 
 
 def default_master() -> str:
@@ -130,7 +131,7 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         .config("spark.databricks.delta.autoCompact.minNumFiles", COMPACT_AT_FILES)
         .config(
             "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration",
-            os.environ.get("CDCSYNC_DELTA_TOMBSTONE_RETENTION", TOMBSTONE_RETENTION),
+            os.environ.get("CDCSYNC_DELTA_REPLACED_FILE_RETENTION", REPLACED_FILE_RETENTION),
         )
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log

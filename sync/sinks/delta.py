@@ -120,9 +120,9 @@ REPLACED, REPLANS = "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS", 3
 
 
 STAGING = "__staging"
-# How long a table version's state keeps each replaced file's entry (cdcsync.spark.TOMBSTONE_RETENTION).
-TOMBSTONES = "delta.deletedFileRetentionDuration"
-TOMBSTONES_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"  # for new tables
+# How long a table version's state keeps each replaced file's entry (cdcsync.spark.REPLACED_FILE_RETENTION).
+REPLACED_RETENTION = "delta.deletedFileRetentionDuration"
+REPLACED_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"  # for new tables
 
 
 @dataclass
@@ -326,11 +326,11 @@ class DeltaSink:
         with one_writer(path), _spark_errors(f"opening {path}"):
             DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema).execute()
             existing = DeltaTable.forPath(self._spark, path).toDF().schema
-            self._keep_tombstones(path)
+            self._keep_replaced_files_briefly(path)
         if self.history:
             with one_writer(table.history), _spark_errors(f"opening {table.history}"):
                 DeltaTable.createIfNotExists(self._spark).location(table.history).addColumns(HISTORY).execute()
-                self._keep_tombstones(table.history)
+                self._keep_replaced_files_briefly(table.history)
         for field in existing.fields:
             if field.name in META.fieldNames():
                 continue
@@ -344,24 +344,28 @@ class DeltaSink:
         self._add_columns(table, {n: k for n, k in columns.items() if n not in table.kinds})
         return table
 
-    def _keep_tombstones(self, path: str) -> None:
-        """Give a table that lacks one the session's tombstone retention (``cdcsync.spark.TOMBSTONE_RETENTION``).
+    def _keep_replaced_files_briefly(self, path: str) -> None:
+        """Give a table that lacks one the session's retention of replaced files' entries.
+
+        That is ``cdcsync.spark.REPLACED_FILE_RETENTION`` unless ``CDCSYNC_DELTA_REPLACED_FILE_RETENTION`` is set.
 
         New tables take it from the session's defaults; this is for tables an earlier cdcsync created, which
         keep Delta's week. A retention an operator set on the table is left as it is. Called holding the lock.
         """
-        wanted = self._spark.conf.get(TOMBSTONES_DEFAULT, None)
+        wanted = self._spark.conf.get(REPLACED_RETENTION_DEFAULT, None)
         if not wanted:  # a session not made by cdcsync.spark: Delta's own default
             return
         if "'" in wanted:
             raise FatalError(
-                f"{TOMBSTONES_DEFAULT}={wanted!r} (CDCSYNC_DELTA_TOMBSTONE_RETENTION): want 'interval N hours'"
+                f"{REPLACED_RETENTION_DEFAULT}={wanted!r} (CDCSYNC_DELTA_REPLACED_FILE_RETENTION): "
+                "want e.g. 'interval 1 hours'"
             )
         # The table's metadata only (DESCRIBE DETAIL would also count its files: a Spark job).
         properties = {row[0] for row in self._spark.sql(f"SHOW TBLPROPERTIES delta.{quote(path)}").collect()}
-        if TOMBSTONES not in properties:
-            self._spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ('{TOMBSTONES}' = '{wanted}')")
-            log.info("sink=%s table=%s %s=%r (was Delta's default, a week)", self.name, path, TOMBSTONES, wanted)
+        if REPLACED_RETENTION not in properties:
+            self._spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ('{REPLACED_RETENTION}' = '{wanted}')")
+            log.info("sink=%s table=%s %s=%r (was Delta's default, a week)",
+                     self.name, path, REPLACED_RETENTION, wanted)  # fmt: skip
 
     def _add_columns(self, table: _Table, columns: dict[str, str | None]) -> None:
         if not columns:

@@ -36,8 +36,9 @@ TYPES = {
     "name": "text",
 }
 COMPACT_AT = "spark.databricks.delta.autoCompact.minNumFiles"
-TOMBSTONES = "delta.deletedFileRetentionDuration"  # Delta's names: a table's property, a session's default for it
-TOMBSTONES_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"
+# Delta's names: a table's retention of replaced files' entries, and a session's default for new tables.
+REPLACED_RETENTION = "delta.deletedFileRetentionDuration"
+REPLACED_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"
 SIMPLE = TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})
 
 
@@ -399,36 +400,36 @@ def test_auto_compaction_runs_after_a_tables_first_write_then_only_at_the_thresh
     assert sink.held("items") == expected
 
 
-def _tombstones(spark: Any, path: str) -> int:
+def _replaced_entries(spark: Any, path: str) -> int:
     """Replaced files' entries in the table's latest version's state (Delta's ``Snapshot.tombstones``)."""
     log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     return int(log.unsafeVolatileSnapshot().tombstones().count())
 
 
-def test_replaced_files_leave_a_tables_state_after_the_tombstone_retention(spark: Any, tmp_path: Path) -> None:
+def test_replaced_files_leave_a_tables_state_after_their_retention(spark: Any, tmp_path: Path) -> None:
     """Every MERGE reads its table version's whole state, which keeps an entry for each file a commit replaced.
 
     Delta keeps those for a week by default: a table MERGEd every few seconds
     gains ~6 a MERGE, and each 20,000 made a MERGE ~0.2 s slower and a log
     checkpoint ~1.6 s slower (docs/performance.md). The sink's tables keep
-    them for the session's retention (``cdcsync.spark.TOMBSTONE_RETENTION``;
+    them for the session's retention (``cdcsync.spark.REPLACED_FILE_RETENTION``;
     20 s here): new tables and tables an earlier cdcsync created, but not a
     table whose retention an operator set.
     """
     from delta.tables import DeltaTable
 
-    before = spark.conf.get(TOMBSTONES_DEFAULT, None)
+    before = spark.conf.get(REPLACED_RETENTION_DEFAULT, None)
     lake = tmp_path / "lake"
-    spark.conf.unset(TOMBSTONES_DEFAULT)  # as an earlier cdcsync created its tables: Delta's week
+    spark.conf.unset(REPLACED_RETENTION_DEFAULT)  # as an earlier cdcsync created its tables: Delta's week
     make_sink(spark, tmp_path, replace(SIMPLE, target="old"), replace(SIMPLE, target="set"))
-    spark.sql(f"ALTER TABLE delta.`{lake / 'set'}` SET TBLPROPERTIES ('{TOMBSTONES}' = 'interval 30 days')")
-    spark.conf.set(TOMBSTONES_DEFAULT, "interval 20 seconds")
+    spark.sql(f"ALTER TABLE delta.`{lake / 'set'}` SET TBLPROPERTIES ('{REPLACED_RETENTION}' = 'interval 30 days')")
+    spark.conf.set(REPLACED_RETENTION_DEFAULT, "interval 20 seconds")
     try:
         sink = make_sink(spark, tmp_path, *(replace(SIMPLE, target=t) for t in ("items", "old", "set")))
 
         def retention(target: str) -> str | None:
             detail = DeltaTable.forPath(spark, str(lake / target)).detail().collect()[0]
-            return (detail["properties"] or {}).get(TOMBSTONES)
+            return (detail["properties"] or {}).get(REPLACED_RETENTION)
 
         assert retention("items") == "interval 20 seconds"  # new: the session's default
         assert retention("old") == "interval 20 seconds"  # an earlier cdcsync's table: given it on open
@@ -436,14 +437,14 @@ def test_replaced_files_leave_a_tables_state_after_the_tombstone_retention(spark
 
         for version in (1, 2, 3):  # each batch replaces the rows, and so the files, the last one wrote
             sink.write(version, [upsert(f"k{i}", version, {"n": version, "name": "x"}) for i in range(50)])
-        held = _tombstones(spark, str(lake / "items"))
+        held = _replaced_entries(spark, str(lake / "items"))
         assert held > 0
         sleep(21)
         sink.write(4, [upsert(f"k{i}", 4, {"n": 4, "name": "x"}) for i in range(50)])
-        assert _tombstones(spark, str(lake / "items")) < held  # only the last batch's: the others' have expired
+        assert _replaced_entries(spark, str(lake / "items")) < held  # only the last batch's: the others' have expired
         assert sink.held("items") == {f"k{i}": (4, {"n": 4, "name": "x"}) for i in range(50)}
     finally:
         if before is None:
-            spark.conf.unset(TOMBSTONES_DEFAULT)
+            spark.conf.unset(REPLACED_RETENTION_DEFAULT)
         else:
-            spark.conf.set(TOMBSTONES_DEFAULT, before)
+            spark.conf.set(REPLACED_RETENTION_DEFAULT, before)
