@@ -60,7 +60,8 @@ class _Table:
 
         self.spark, self.path = spark, tempfile.mkdtemp(prefix="cdcsync-bench-compaction-")
         self.sink = DeltaSink("warehouse", spark, self.path)
-        self.sink.open([TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})])
+        self.mapping = TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})
+        self.sink.open([self.mapping])
         self.ids: list[str] = []
         self.version = 0
         self.name = os.urandom(row_kb * 512).hex() if row_kb else "x" * 200

@@ -70,6 +70,7 @@ from pyspark.sql import types as T
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import fingerprint
 from cdcsync.sync.sink import Row, WriteResult
+from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks.delta_values import (
     BIGINT,
     BOOLEAN,
@@ -123,6 +124,9 @@ STAGING = "__staging"
 # How long a table version's state keeps each replaced file's entry (cdcsync.spark.REPLACED_FILE_RETENTION).
 REPLACED_RETENTION = "delta.deletedFileRetentionDuration"
 REPLACED_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"  # for new tables
+# Table properties cdcsync's session gives new tables, and opening a table sets where it lacks them (a table an
+# earlier cdcsync created): (property, the session's default for new tables).
+PROPERTIES = ((REPLACED_RETENTION, REPLACED_RETENTION_DEFAULT), (checkpoints.PROPERTY, checkpoints.DEFAULT))
 
 
 @dataclass
@@ -151,6 +155,7 @@ class DeltaSink:
         self._tables: dict[str, _Table] = {}
         self._staged: set[str] = set()  # targets whose _tables entry is the staging table, until publish
         self.tables_at_once = tables_at_once()  # a batch's tables MERGEd at once (delta_writers)
+        self._checkpoints = checkpoints.Checkpoints(spark)  # log checkpoints beside the batches (delta_checkpoints)
 
     # ------------------------------------------------------------------ contract
 
@@ -220,6 +225,7 @@ class DeltaSink:
 
     def _remove(self, path: str) -> None:
         """Delete a directory tree through Hadoop's file system API, so any ``path`` scheme works."""
+        self._checkpoints.forget(path)
         with _spark_errors(f"removing {path}"):
             context = self._spark.sparkContext
             hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
@@ -310,7 +316,8 @@ class DeltaSink:
         return self._spark.read.format("delta").load(self._table(target).path).where(~F.col("_cdcsync_deleted"))
 
     def close(self) -> None:
-        """Nothing to release: the Spark session belongs to the caller."""
+        """Let a log checkpoint being written finish; the Spark session belongs to the caller."""
+        self._checkpoints.close()
         self._tables.clear()
 
     # ------------------------------------------------------------------ internals
@@ -326,11 +333,11 @@ class DeltaSink:
         with one_writer(path), _spark_errors(f"opening {path}"):
             DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema).execute()
             existing = DeltaTable.forPath(self._spark, path).toDF().schema
-            self._keep_replaced_files_briefly(path)
+            self._checkpoint_here(path, self._set_properties(path))
         if self.history:
             with one_writer(table.history), _spark_errors(f"opening {table.history}"):
                 DeltaTable.createIfNotExists(self._spark).location(table.history).addColumns(HISTORY).execute()
-                self._keep_replaced_files_briefly(table.history)
+                self._checkpoint_here(table.history, self._set_properties(table.history))
         for field in existing.fields:
             if field.name in META.fieldNames():
                 continue
@@ -344,28 +351,31 @@ class DeltaSink:
         self._add_columns(table, {n: k for n, k in columns.items() if n not in table.kinds})
         return table
 
-    def _keep_replaced_files_briefly(self, path: str) -> None:
-        """Give a table that lacks one the session's retention of replaced files' entries.
+    def _set_properties(self, path: str) -> dict[str, str]:
+        """Give a table the properties of ``PROPERTIES`` it lacks; the table's properties after that.
 
-        That is ``cdcsync.spark.REPLACED_FILE_RETENTION`` unless ``CDCSYNC_DELTA_REPLACED_FILE_RETENTION`` is set.
-
-        New tables take it from the session's defaults; this is for tables an earlier cdcsync created, which
-        keep Delta's week. A retention an operator set on the table is left as it is. Called holding the lock.
+        New tables take them from the session's defaults (``cdcsync.spark``); this is for tables an earlier
+        cdcsync created. A value an operator set on the table is left as it is. A session not made by
+        ``cdcsync.spark`` has no such defaults, and Delta's own stay. Called holding the lock.
         """
-        wanted = self._spark.conf.get(REPLACED_RETENTION_DEFAULT, None)
-        if not wanted:  # a session not made by cdcsync.spark: Delta's own default
-            return
-        if "'" in wanted:
-            raise FatalError(
-                f"{REPLACED_RETENTION_DEFAULT}={wanted!r} (CDCSYNC_DELTA_REPLACED_FILE_RETENTION): "
-                "want e.g. 'interval 1 hours'"
-            )
+        wanted = {prop: value for prop, default in PROPERTIES if (value := self._spark.conf.get(default, None))}
+        for prop, value in wanted.items():
+            if "'" in value:
+                raise FatalError(f"table property {prop}={value!r} (from the Spark session's defaults): want e.g. "
+                                 "'interval 1 hours' for CDCSYNC_DELTA_REPLACED_FILE_RETENTION")  # fmt: skip
         # The table's metadata only (DESCRIBE DETAIL would also count its files: a Spark job).
-        properties = {row[0] for row in self._spark.sql(f"SHOW TBLPROPERTIES delta.{quote(path)}").collect()}
-        if REPLACED_RETENTION not in properties:
-            self._spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ('{REPLACED_RETENTION}' = '{wanted}')")
-            log.info("sink=%s table=%s %s=%r (was Delta's default, a week)",
-                     self.name, path, REPLACED_RETENTION, wanted)  # fmt: skip
+        have = {row[0]: row[1] for row in self._spark.sql(f"SHOW TBLPROPERTIES delta.{quote(path)}").collect()}
+        missing = {prop: value for prop, value in wanted.items() if prop not in have}
+        if missing:
+            listed = ", ".join(f"'{prop}' = '{value}'" for prop, value in missing.items())
+            self._spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ({listed})")
+            log.info("sink=%s table=%s set=%s (were Delta's defaults)", self.name, path, missing)
+        return have | missing
+
+    def _checkpoint_here(self, path: str, properties: dict[str, str]) -> None:
+        """Have the log checkpoints of ``path`` written beside the batches if its interval is cdcsync's."""
+        if properties.get(checkpoints.PROPERTY) == checkpoints.INTERVAL:
+            self._checkpoints.watch(path)
 
     def _add_columns(self, table: _Table, columns: dict[str, str | None]) -> None:
         if not columns:
@@ -427,6 +437,7 @@ class DeltaSink:
                 merge = merge.whenMatchedUpdate(condition=f"{guard} AND s._cdcsync_deleted", set=meta)
             merge = merge.whenMatchedUpdate(condition=guard, set=every).whenNotMatchedInsert(values=every)
             metrics = merge.execute().collect()[0]
+            self._checkpoints.committed(table.path)
             if self.history:
                 self._append_history(table, records)
         result.applied = int(metrics["num_inserted_rows"]) + int(metrics["num_updated_rows"])
@@ -444,6 +455,7 @@ class DeltaSink:
         with one_writer(table.history):  # shared by the live and the staged table
             target = DeltaTable.forPath(self._spark, table.history).alias("t")
             target.merge(source.alias("s"), key).whenNotMatchedInsertAll().execute()
+            self._checkpoints.committed(table.history)
 
 
 @contextmanager

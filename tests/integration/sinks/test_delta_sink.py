@@ -39,6 +39,9 @@ COMPACT_AT = "spark.databricks.delta.autoCompact.minNumFiles"
 # Delta's names: a table's retention of replaced files' entries, and a session's default for new tables.
 REPLACED_RETENTION = "delta.deletedFileRetentionDuration"
 REPLACED_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"
+# ... and its log checkpoint interval.
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+CHECKPOINT_INTERVAL_DEFAULT = "spark.databricks.delta.properties.defaults.checkpointInterval"
 SIMPLE = TableMapping(table="public.items", target="items", types={"n": "int", "name": "text"})
 
 
@@ -448,3 +451,54 @@ def test_replaced_files_leave_a_tables_state_after_their_retention(spark: Any, t
             spark.conf.unset(REPLACED_RETENTION_DEFAULT)
         else:
             spark.conf.set(REPLACED_RETENTION_DEFAULT, before)
+
+
+def _checkpoint_versions(path: Path) -> list[int]:
+    """The versions of the table's log that have a checkpoint, oldest first."""
+    return sorted(int(f.name.split(".")[0]) for f in (path / "_delta_log").glob("*.checkpoint*.parquet"))
+
+
+def test_log_checkpoints_are_written_beside_the_batches(spark: Any, tmp_path: Path) -> None:
+    """Delta writes a table's log checkpoint inside every tenth commit, and that MERGE waits for it.
+
+    In the daemon those batches took ~40 % longer than their neighbours
+    (docs/performance.md, "Delta: log checkpoints beside the batch"). The
+    sink's tables carry an interval of 1,000 (a fallback for other writers),
+    new ones and those an earlier cdcsync created, and the sink writes their
+    checkpoints every 10 versions on a thread of its own. A table whose
+    interval an operator set keeps Delta's own checkpoints at that interval.
+    """
+    from delta.tables import DeltaTable
+
+    from cdcsync.spark import CHECKPOINT_INTERVAL as INTERVAL
+
+    before = spark.conf.get(CHECKPOINT_INTERVAL_DEFAULT, None)
+    lake = tmp_path / "lake"
+    spark.conf.unset(CHECKPOINT_INTERVAL_DEFAULT)  # as an earlier cdcsync created its tables: Delta's 10
+    make_sink(spark, tmp_path, replace(SIMPLE, target="old"), replace(SIMPLE, target="set"))
+    spark.sql(f"ALTER TABLE delta.`{lake / 'set'}` SET TBLPROPERTIES ('{CHECKPOINT_INTERVAL}' = '5')")
+    spark.conf.set(CHECKPOINT_INTERVAL_DEFAULT, before or INTERVAL)
+    targets = ("items", "old", "set")
+    sink = make_sink(spark, tmp_path, *(replace(SIMPLE, target=t) for t in targets))
+
+    def interval(target: str) -> str | None:
+        detail = DeltaTable.forPath(spark, str(lake / target)).detail().collect()[0]
+        return (detail["properties"] or {}).get(CHECKPOINT_INTERVAL)
+
+    assert interval("items") == INTERVAL  # new: the session's default
+    assert interval("old") == INTERVAL  # an earlier cdcsync's table: given it on open
+    assert interval("set") == "5"  # the operator's own: left alone
+    for version in range(1, 13):
+        rows = [upsert(f"k{i}", version, {"n": version, "name": "x"}, target=t) for t in targets for i in range(20)]
+        sink.write(version, rows)
+    sink.close()  # waits for a checkpoint being written
+    for target in ("items", "old"):
+        written = _checkpoint_versions(lake / target)
+        # Delta's own would come at version 1,000 only: these are the sink's, one per 10 versions at least.
+        assert written and max(written) >= 10, (target, written)
+        assert all(v % int(INTERVAL) for v in written), (target, written)
+    assert _checkpoint_versions(lake / "set") and all(v % 5 == 0 for v in _checkpoint_versions(lake / "set"))
+    reader = make_sink(spark, tmp_path, *(replace(SIMPLE, target=t) for t in targets))
+    for target in targets:  # a new reader starts from the checkpoint and the commits after it
+        assert reader.held(target) == {f"k{i}": (12, {"n": 12, "name": "x"}) for i in range(20)}
+    reader.close()
