@@ -172,6 +172,8 @@ def run(
         time.sleep(0.5)
     log.info("signal %d: stopping %d followers between batches", stopping[0], len(selected))
     supervisor.stop_all(stop_between_batches)
+    for follower in built.values():  # before Spark's own shutdown: a sink may still be writing (a Delta checkpoint)
+        _close_quietly(follower)
     ctx.exit(0)
 
 
@@ -216,7 +218,7 @@ def _close_quietly(follower: Any) -> None:
     try:
         follower.sink.close()
     except Exception as err:  # a sink that failed may fail to close too; the rebuilt one replaces it
-        logging.getLogger("cdcsync.run").warning("follower=%s closing the failed sink: %s", follower.name, err)
+        logging.getLogger("cdcsync.run").warning("follower=%s closing its sink: %s", follower.name, err)
 
 
 def stop_between_batches(query: Any, timeout_s: float = 30) -> None:
