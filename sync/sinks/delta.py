@@ -48,7 +48,8 @@ a reindex both write the live table); a conflict with any other writer is a
 ``RetryableError``, and publish again is idempotent. The history table is shared (insert-only: a rebuild adds nothing).
 
 Column types, and how a value goes into its column and comes back (``held``):
-``delta_values``.
+``delta_values``. Each table's log checkpoints are written beside the batches, not
+inside every tenth MERGE: ``delta_checkpoints``.
 """
 
 from __future__ import annotations
