@@ -31,4 +31,15 @@ def test_client_config_carries_the_properties() -> None:
     from cdcsync.config import KafkaSettings
 
     settings = KafkaSettings(bootstrap_servers="k:9093", properties={"security.protocol": "sasl_ssl"})
-    assert settings.client_config() == {"bootstrap.servers": "k:9093", "security.protocol": "sasl_ssl"}
+    assert settings.client_config() == {
+        "bootstrap.servers": "k:9093",
+        "enable.metrics.push": "false",  # CLIENT_DEFAULTS
+        "security.protocol": "sasl_ssl",
+    }
+
+
+def test_properties_override_the_client_defaults() -> None:
+    from cdcsync.config import KafkaSettings
+
+    settings = KafkaSettings(properties={"enable.metrics.push": "true"})
+    assert settings.client_config()["enable.metrics.push"] == "true"
