@@ -57,7 +57,7 @@ class _Strict(BaseModel):
 # librdkafka (2.5 on) pushes client metrics to a broker that asks for them (KIP-714), and closing a client then waits
 # up to a second for its last push: 14 of 40 short-lived consumers took 1.0 s to close against the local broker, and
 # every bootstrap, reindex, `cdcsync lag` and `status` closes a few. cdcsync's metrics are its own (/metrics), so its
-# clients push none; `kafka.properties` can turn it back on (docs/operations.md).
+# clients push none; `kafka.properties` can turn it back on (docs/performance.md, "Kafka clients: no metrics push").
 CLIENT_DEFAULTS = {"enable.metrics.push": "false"}
 
 
