@@ -20,6 +20,7 @@ written. A table whose interval an operator chose keeps Delta's own checkpoints.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -42,6 +43,7 @@ class Checkpoints:
         self._last: dict[str, int] = {}  # path -> the version of its last checkpoint here (or when watched)
         self._pending: dict[str, Future[None]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()  # one batch's tables are MERGEd at once (delta_writers), from two threads
 
     def watch(self, path: str) -> None:
         """Checkpoint ``path`` from now on (a table whose interval is ``INTERVAL``: Delta's own come that rarely)."""
@@ -52,26 +54,30 @@ class Checkpoints:
         if path not in self._last or not self._idle(path):
             return
         version = self._log(path).unsafeVolatileSnapshot().version()
-        if version - self._last[path] < self._every:
-            return
-        self._last[path] = version
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-checkpoint")
-        self._pending[path] = self._pool.submit(self._write, path, version)
+        with self._lock:
+            if version - self._last.get(path, version) < self._every or not self._idle(path):
+                return
+            self._last[path] = version
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-checkpoint")
+            self._pending[path] = self._pool.submit(self._write, path, version)
 
     def forget(self, path: str) -> None:
         """Stop checkpointing ``path`` (about to be removed), once the one being written is done."""
-        self._wait(self._pending.pop(path, None))
-        self._last.pop(path, None)
+        with self._lock:
+            pending = self._pending.pop(path, None)
+            self._last.pop(path, None)
+        self._wait(pending)
 
     def close(self) -> None:
         """Let the checkpoints being written finish, then the thread go."""
         for path in list(self._pending):
             self.forget(path)
-        self._last.clear()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
+        with self._lock:
+            self._last.clear()
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     def _idle(self, path: str) -> bool:
         pending = self._pending.get(path)
