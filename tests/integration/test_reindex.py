@@ -137,9 +137,35 @@ def test_elasticsearch_reindex_swaps_the_alias_without_readers_seeing_a_gap(spar
             assert not es.indices.exists(index=f"{alias}-000001")
 
 
-def test_redis_reindex_keeps_every_key_readable_and_leaves_no_staged_keys(spark: Any, tmp_path: Path) -> None:
+def changes_after_publish(monkeypatch: pytest.MonkeyPatch, sc: Scenario) -> None:
+    """The reindex's publish returns only once the log holds a change made after it: its catch-up has one to apply.
+
+    The writer commits a few hundred changes/s, but the capture after a
+    publish of a small table can come within tens of milliseconds of the one
+    before it, with no change landed in between.
+    """
+    from cdcsync.snapshot import reindex as module
+
+    publish = module.publish
+
+    def then_wait(sink: Any) -> None:
+        publish(sink)
+        topics = sorted(sc.followers["cache"].mappings)
+        published = sum(high for _, high in bootstrap.capture(sc.config, topics).values())
+        deadline = time.monotonic() + 30
+        while sum(high for _, high in bootstrap.capture(sc.config, topics).values()) <= published:
+            assert time.monotonic() < deadline, "no change reached the log within 30 s of the publish"
+            time.sleep(0.05)
+
+    monkeypatch.setattr(module, "publish", then_wait)
+
+
+def test_redis_reindex_keeps_every_key_readable_and_leaves_no_staged_keys(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with table_scenario(spark, tmp_path) as (sc, t):
         cfg = sc.config.follower("cache")
+        changes_after_publish(monkeypatch, sc)
         client = redis.Redis(port=int(ENV["REDIS_PORT"]), decode_responses=True)
         with streaming(sc, "cache", t):
             keys = [f"{cfg.prefix}:{t}:{i}" for i in range(1, ROWS + 1)]
