@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise SystemExit(f"the connector did not put {args.rows:,} rows in {topic} within 1800 s")
 
-        spark = spark_session("cdcsync-bench-bootstrap")
+        spark = spark_session("cdcsync-bench-bootstrap", class_archive=True)  # as `cdcsync bootstrap` starts it
         for sink in sinks:
             say(f"[{sink}] ceiling: COPY out + raw writes in ...")
             before = cpu.sample()

@@ -7,7 +7,9 @@ pieces:
 
 - **session**: ``spark_session`` until it returns (the JVM's start, Spark's);
 - **first read**: the first JDBC read to Arrow, the first job of the JVM;
-- **second read**: the same read again: what the work costs once warm.
+- **second read**: the same read again: what the work costs once warm;
+- **warm job**: then a CPU-bound Spark job (an aggregation over 3M rows),
+  median of 9 after 8 warm-up runs: what the archive costs a JVM once warm.
 
 ``with`` starts from the class archive (``cdcsync.class_archive``; made by
 ``make install``), ``without`` has ``CDCSYNC_SPARK_CLASS_ARCHIVE=off``;
@@ -43,9 +45,19 @@ for phase in ("first_read", "second_read"):
     t = time.perf_counter()
     assert spark.read.jdbc(url, query, properties=options).toArrow().num_rows == rows
     times[phase] = time.perf_counter() - t
+frame = spark.range(3_000_000).selectExpr("id", "cast(id as string) as t", "id % 97 as k")
+job = lambda: frame.groupBy("k").agg({"t": "max", "id": "sum"}).collect()
+for _ in range(8):
+    job()
+warm = []
+for _ in range(9):
+    t = time.perf_counter()
+    job()
+    warm.append(time.perf_counter() - t)
+times["warm_job"] = sorted(warm)[4]
 print(json.dumps(times))
 """
-PHASES = ("session", "first_read", "second_read")
+PHASES = ("session", "first_read", "second_read", "warm_job")
 
 
 def main(argv: list[str] | None = None) -> int:

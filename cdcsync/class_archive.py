@@ -8,15 +8,24 @@ Java's class data sharing (CDS) keeps those classes, already parsed and
 verified, in an archive the JVM maps at start. One is made by a short training
 run (``build``: ``make install`` calls ``python -m cdcsync.class_archive``)
 whose JVM writes every class it loaded at exit (``-XX:ArchiveClassesAtExit``);
-``spark_session`` then starts the driver with ``-XX:SharedArchiveFile``.
+``spark_session(class_archive=True)`` then starts the driver with
+``-XX:SharedArchiveFile``.
+
+Only commands whose JVM mostly starts are started from it: a bootstrap or
+reindex of Elasticsearch or Redis ``--from source``, where Spark only reads
+pieces over JDBC. Measured here, a warm driver started from the archive ran
+the same Spark jobs 15-28 % slower, and the daemon's freshness was worse with
+it (docs/performance.md), so ``cdcsync run`` and everything Spark-heavy start
+without.
 
 An archive fits one JVM build and one class path only. Its name is a
 fingerprint of both (the java binary and its release file, pyspark's jars and
 the connector jars: names, sizes, times), so a JDK, pyspark or jar upgrade
 looks for a new one and runs without until ``build`` makes it; the JVM also
 checks and, on a mismatch, starts as it would without (its CDS messages are
-off, so that costs time, not noise). ``CDCSYNC_SPARK_CLASS_ARCHIVE=off``
-starts without. docs/performance.md ("Spark's classes from an archive").
+off, so that costs time, not noise). ``CDCSYNC_SPARK_CLASS_ARCHIVE=on`` or
+``off``: every command with or without it. docs/performance.md ("Spark's
+classes from an archive").
 """
 
 from __future__ import annotations
@@ -67,9 +76,18 @@ def archive_path() -> Path | None:
     return state_dir() / DIRECTORY / f"{key}.jsa" if key else None
 
 
-def java_options() -> str:
-    """The driver's options to start from the archive; empty when there is none for this JVM or it is off."""
-    if os.environ.get("CDCSYNC_SPARK_CLASS_ARCHIVE", "").lower() in ("off", "false", "0"):
+def java_options(wanted: bool = True) -> str:
+    """The driver's options to start from the archive; empty when there is none for this JVM or it is not wanted.
+
+    ``wanted``: the command's own choice (``spark_session(class_archive=...)``);
+    ``CDCSYNC_SPARK_CLASS_ARCHIVE=on`` or ``off`` overrides it for every command.
+    """
+    setting = os.environ.get("CDCSYNC_SPARK_CLASS_ARCHIVE", "").lower()
+    if setting in ("on", "true", "1"):
+        wanted = True
+    elif setting in ("off", "false", "0"):
+        wanted = False
+    if not wanted:
         return ""
     path = archive_path()
     if path is None or not path.is_file():

@@ -69,17 +69,21 @@ REPLACED_FILE_RETENTION = "interval 1 hours"
 CHECKPOINT_INTERVAL = "1000"
 
 
-def driver_java_options() -> str:
+def driver_java_options(class_archive: bool = False) -> str:
     """The driver JVM's options: log4j's configuration, the class archive's, then ``CDCSYNC_SPARK_JAVA_OPTIONS``.
 
     Only errors from the JVM's first line on (cdcsync/log4j2.properties): no
-    start-up notices in the log. Spark's classes come from the class archive
-    when one was made for this JVM (``cdcsync.class_archive``): ~3 s less per
-    JVM start.
+    start-up notices in the log. With ``class_archive``, Spark's classes come
+    from the archive made for this JVM, if there is one (``cdcsync.class_archive``):
+    ~4 s less to start, but slower Spark jobs once warm.
     """
     from cdcsync.class_archive import java_options
 
-    options = [f"-Dlog4j2.configurationFile={LOG4J2}", java_options(), os.environ.get("CDCSYNC_SPARK_JAVA_OPTIONS", "")]
+    options = [
+        f"-Dlog4j2.configurationFile={LOG4J2}",
+        java_options(class_archive),
+        os.environ.get("CDCSYNC_SPARK_JAVA_OPTIONS", ""),
+    ]
     return " ".join(o for o in options if o)
 
 
@@ -99,7 +103,10 @@ def default_master() -> str:
     return f"local[{2 * (os.cpu_count() or 1) + 1},4]"
 
 
-def spark_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+def spark_session(
+    app_name: str, master: str | None = None, conf: dict[str, str] | None = None, *, class_archive: bool = False
+) -> SparkSession:
+    """The session (``getOrCreate``); ``class_archive``: a new driver starts from it (``driver_java_options``)."""
     from pyspark.sql import SparkSession
 
     # Python workers (followers applying batches on executors) run this interpreter, which has cdcsync.
@@ -154,7 +161,7 @@ def spark_session(app_name: str, master: str | None = None, conf: dict[str, str]
         .config("spark.databricks.delta.properties.defaults.checkpointInterval", CHECKPOINT_INTERVAL)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log
-        .config("spark.driver.extraJavaOptions", driver_java_options())
+        .config("spark.driver.extraJavaOptions", driver_java_options(class_archive))
         # Arrow batches handed to the Python workers: bounded in bytes as well as rows (wide rows, sync/batching).
         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(8 * 1024 * 1024))
         # Parquet's vectorized reader reserves one contiguous buffer per column for a batch of rows: 4,096

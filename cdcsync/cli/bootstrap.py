@@ -44,7 +44,8 @@ def bootstrap(
         if cfg.kind == "delta" or origin == "source":
             from cdcsync.spark import spark_session
 
-            spark = spark_session(f"cdcsync-bootstrap-{cfg.name}")
+            # Spark only reads JDBC pieces for Elasticsearch and Redis: its start is most of its work (class_archive)
+            spark = spark_session(f"cdcsync-bootstrap-{cfg.name}", class_archive=cfg.kind != "delta")
         mappings = mappings_for(config, cfg)
         if tables:
             wanted = {t.lower() for t in tables}

@@ -38,7 +38,8 @@ def reindex(ctx: click.Context, follower: str, table: str | None, origin: str, a
     if cfg.kind == "delta" or origin == "source":
         from cdcsync.spark import spark_session
 
-        spark = spark_session(f"cdcsync-reindex-{cfg.name}")
+        # Spark only reads JDBC pieces for Elasticsearch and Redis: its start is most of its work (class_archive)
+        spark = spark_session(f"cdcsync-reindex-{cfg.name}", class_archive=cfg.kind != "delta")
     summary = run_reindex(config, cfg, spark, table, functools.partial(progress_bar, label="reindex"), origin)
     if summary.finished:
         click.echo(f"follower {cfg.name}: an earlier reindex was killed; {summary.finished}", err=True)

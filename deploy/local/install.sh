@@ -125,8 +125,8 @@ if [ "$(cat "$stamps/venv" 2>/dev/null)" != "$key" ] || [ ! -x "$venv/bin/cdcsyn
   "$venv/bin/pip" install -q -e "$repo[dev]"
   echo "$key" >"$stamps/venv"
 fi
-# Spark's classes in an archive the driver JVM maps at start (cdcsync/class_archive.py): ~3-4 s less for
-# every command that starts Spark. Made once per JDK and jar set; without it Spark only starts slower.
+# Spark's classes in an archive a driver JVM maps at start (cdcsync/class_archive.py): ~4 s less for a
+# bootstrap or reindex from the source. Made once per JDK and jar set; without it Spark only starts slower.
 if ! "$venv/bin/python" -m cdcsync.class_archive --exists; then
   step "making Spark's class archive (once per JDK and jar set, ~1 min)"
   "$venv/bin/python" -m cdcsync.class_archive || true

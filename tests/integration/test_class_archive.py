@@ -1,7 +1,7 @@
 """A Spark driver started after ``python -m cdcsync.class_archive`` loads Spark's classes from the archive.
 
 Real JVMs: the training run's writes the archive at its exit, and a second
-driver, started by ``spark_session`` as every command starts one, logs where
+driver, started by ``spark_session`` as a bootstrap from the source starts one, logs where
 each class came from (``-Xlog:class+load``). A class loaded from its jar there
 means the archive is not mapped: every command pays the cold start again.
 """
@@ -19,7 +19,7 @@ from cdcsync.spark import connector_jars
 
 PROBE = """
 from cdcsync.spark import spark_session
-spark = spark_session("cdcsync-class-archive-probe")
+spark = spark_session("cdcsync-class-archive-probe", class_archive=True)
 assert spark.range(10).toArrow().num_rows == 10
 spark.stop()
 """

@@ -52,6 +52,17 @@ def test_the_archive_can_be_turned_off(state: Path, monkeypatch: pytest.MonkeyPa
     assert java_options() == ""
 
 
+def test_a_command_that_does_not_want_it_starts_without_unless_turned_on(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cdcsync.class_archive import archive_path, java_options
+
+    path = _made(archive_path())
+    assert java_options(wanted=False) == ""
+    monkeypatch.setenv("CDCSYNC_SPARK_CLASS_ARCHIVE", "on")
+    assert str(path) in java_options(wanted=False)
+
+
 def test_another_jar_set_looks_for_another_archive(state: Path) -> None:
     """An archive made for other jars is not used: the JVM would reject it at every start."""
     from cdcsync.class_archive import archive_path, java_options
@@ -73,7 +84,9 @@ def test_driver_options_log4j_then_archive_then_the_operators(state: Path, monke
 
     path = _made(archive_path())
     monkeypatch.setenv("CDCSYNC_SPARK_JAVA_OPTIONS", "-XX:+HeapDumpOnOutOfMemoryError")
-    options = driver_java_options().split()
+    options = driver_java_options(class_archive=True).split()
     assert options[0] == f"-Dlog4j2.configurationFile={LOG4J2}"
     assert options[1] == f"-XX:SharedArchiveFile={path}"
     assert options[-1] == "-XX:+HeapDumpOnOutOfMemoryError"
+    # The default (the daemon, verify, the Delta follower's commands): no archive, a faster warm JVM.
+    assert driver_java_options().split() == [options[0], options[-1]]
