@@ -14,7 +14,7 @@ whose JVM writes every class it loaded at exit (``-XX:ArchiveClassesAtExit``);
 Only commands whose JVM mostly starts are started from it: a bootstrap or
 reindex of Elasticsearch or Redis ``--from source``, where Spark only reads
 pieces over JDBC. Measured here, a warm driver started from the archive ran
-the same Spark jobs 15-28 % slower, and the daemon's freshness was worse with
+the same Spark jobs 8-28 % slower, and the daemon's freshness was worse with
 it (docs/performance.md), so ``cdcsync run`` and everything Spark-heavy start
 without.
 
