@@ -102,6 +102,7 @@ def build(force: bool = False) -> Path:
     ended: the child reports the JVM's pid and this waits for it. Written
     beside the final name and renamed, so a reader never maps half an archive;
     archives of other fingerprints (an earlier JDK or jar set) are removed.
+    The child runs with the archive off (``_train``).
     """
     path = archive_path()
     if path is None:
@@ -110,10 +111,8 @@ def build(force: bool = False) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
-    env = {**os.environ, "CDCSYNC_SPARK_CLASS_ARCHIVE": "off"}
     done = subprocess.run(
         [sys.executable, "-m", "cdcsync.class_archive", "--train", str(partial)],
-        env=env,
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT_S,
@@ -128,19 +127,19 @@ def build(force: bool = False) -> Path:
         partial.unlink(missing_ok=True)
         raise RuntimeError(f"the training run's JVM (pid {pid}) wrote no class archive at {partial}")
     partial.replace(path)
-    for other in path.parent.iterdir():
-        if other != path and other.suffix in (".jsa", ".partial"):
+    for other in path.parent.glob("*.jsa"):  # not another build's .partial: it may still be written
+        if other != path:
             other.unlink(missing_ok=True)
     return path
 
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: alive, another user's
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
