@@ -73,6 +73,10 @@ class StackError(Exception):
     """A component failed; the message names it and where to look."""
 
 
+class ExitedError(StackError):
+    """A component's process exited before it became healthy."""
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -102,11 +106,29 @@ def run_as_service(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=False, capture_output=True, text=True, **kwargs)
 
 
-def proc_start_time(pid: int) -> str | None:
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (state first), or [] when there is no such pid."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
+        return []
+
+
+def zombie(pid: int) -> bool:
+    """PID exited and its parent has not reaped it yet.
+
+    After `kill -9` that lasts as long as the parent (often pid 1) takes to
+    reap: seconds. The process does not run, but its pid is still taken.
+    """
+    return _stat(pid)[:1] in (["Z"], ["X"])
+
+
+def proc_start_time(pid: int) -> str | None:
+    """When PID started (clock ticks since boot), or None when no such process runs (a zombie does not)."""
+    fields = _stat(pid)
+    if len(fields) < 20 or zombie(pid):
         return None
+    return fields[19]
 
 
 def pidfile(name: str) -> Path:
@@ -185,7 +207,21 @@ def terminate(name: str, pid: int, timeout: float = 60) -> None:
         if proc_start_time(pid) is None:
             break
         print(f"  {name}: still running after SIGTERM, sending SIGKILL", flush=True)
+    _reap(pid)  # exited: our own child must not stay a zombie
     pidfile(name).unlink(missing_ok=True)
+
+
+def kill(name: str, pid: int) -> None:
+    """SIGKILL NAME's process group and return once the process no longer runs (a signal is delivered later)."""
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while proc_start_time(pid) is not None:
+        if time.monotonic() > deadline:
+            raise StackError(f"{name}: pid {pid} still runs 30s after SIGKILL")
+        _reap(pid)
+        time.sleep(0.05)
+    _reap(pid)
+    print(f"  {name:<14} killed (pid {pid})", flush=True)
 
 
 def _reap(pid: int) -> None:
@@ -240,7 +276,7 @@ def wait_until(name: str, check: Callable[[], bool], timeout: float, pid_of: Cal
         if check():
             return
         if pid_of() is None:
-            raise StackError(f"{name} exited during start-up; log: {LOGS / (name + '.log')}\n{tail(name)}")
+            raise ExitedError(f"{name} exited during start-up; log: {LOGS / (name + '.log')}\n{tail(name)}")
         time.sleep(0.5)
     raise StackError(f"{name} did not become healthy within {timeout:.0f}s; log: {LOGS / (name + '.log')}\n{tail(name)}")
 
@@ -274,12 +310,52 @@ def pg_bin(tool: str) -> str:
     return f"{versions[-1]}/{tool}"
 
 
-def pg_pid() -> int | None:
+def pg_lock_pid() -> int | None:
+    """The pid postmaster.pid names; the file outlives a killed postmaster."""
     try:
-        pid = int((DATA / "postgres/postmaster.pid").read_text().split()[0])
+        return int((DATA / "postgres/postmaster.pid").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return pid if proc_start_time(pid) is not None else None
+
+
+def pg_pid() -> int | None:
+    """The postmaster of this data directory, if it runs.
+
+    The pid in postmaster.pid may since belong to another process (pids wrap):
+    the process must be one started on this data directory.
+    """
+    pid = pg_lock_pid()
+    if pid is None or proc_start_time(pid) is None:
+        return None
+    return pid if os.fsencode(DATA / "postgres") in (_argv(pid) or []) else None
+
+
+def _argv(pid: int) -> list[bytes] | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+
+
+def pg_wait_gone(timeout: float = 60) -> None:
+    """Wait while the postmaster postmaster.pid names has been killed but is not gone yet.
+
+    Postgres refuses to start while that pid exists. After `kill -9` the
+    process dies, then stays a zombie until its parent (often pid 1) reaps it:
+    seconds. A live process of another program with the recycled pid does
+    not hold Postgres back and is not waited for.
+    """
+    pid = pg_lock_pid()
+    deadline = time.monotonic() + timeout
+    while pid is not None and _stat(pid):
+        argv = _argv(pid)
+        if not (zombie(pid) or not argv or argv == [b""] or os.fsencode(DATA / "postgres") in argv):
+            return  # another program's process
+        if time.monotonic() > deadline:
+            raise StackError(f"postgres: the postmaster postmaster.pid names (pid {pid}) is still there after "
+                             f"{timeout:.0f}s (parent pid {(_stat(pid)[1:2] or ['?'])[0]}); Postgres will not start "
+                             "while it exists")
+        time.sleep(0.2)
 
 
 def pg_start() -> None:
@@ -296,6 +372,7 @@ def pg_start() -> None:
             raise StackError(f"postgres: initdb failed\n{done.stdout}{done.stderr}")
         with open(data / "postgresql.conf", "a") as conf:
             conf.write(configs.postgresql_conf(ENV, RUN))
+    pg_wait_gone()
     done = run_as_service([pg_bin("pg_ctl"), "-D", str(data), "-l", str(LOGS / "postgres.log"), "-w", "-t", "60", "start"])
     if done.returncode:
         raise StackError(f"postgres failed to start; log: {LOGS / 'postgres.log'}\n{done.stdout}{done.stderr}\n{tail('postgres')}")
@@ -423,26 +500,37 @@ def up(names: list[str]) -> None:
     for path in (DATA, LOGS, RUN, CONF):
         path.mkdir(parents=True, exist_ok=True)
     own(LOGS, RUN)
-    pending: list[Component] = []
+    pending: list[tuple[Component, bool]] = []  # (component, whether this call started it)
     for name in names:
         comp = COMPONENTS[name]
         if name == "connect":  # Connect needs the broker before it can start.
-            for waiting in pending:
-                wait_until(waiting.name, waiting.healthy, waiting.timeout, waiting.pid)
-                print(f"  {waiting.name:<14} up (port {ENV[waiting.port_key]})", flush=True)
+            for waiting, started in pending:
+                wait_healthy(waiting, started)
             pending = []
         if comp.pid() is not None:
             if comp.healthy():
                 print(f"  {name:<14} already running (pid {comp.pid()})", flush=True)
                 continue
-            pending.append(comp)
+            pending.append((comp, False))  # still starting, or dying after a kill
             continue
         print(f"  {name:<14} starting ...", flush=True)
         comp.start()
-        pending.append(comp)
-    for comp in pending:
+        pending.append((comp, True))
+    for comp, started in pending:
+        wait_healthy(comp, started)
+
+
+def wait_healthy(comp: Component, started: bool) -> None:
+    """Wait until COMP is healthy. A process found running but not healthy that then exits is started again."""
+    try:
         wait_until(comp.name, comp.healthy, comp.timeout, comp.pid)
-        print(f"  {comp.name:<14} up (port {ENV[comp.port_key]})", flush=True)
+    except ExitedError:
+        if started:
+            raise
+        print(f"  {comp.name:<14} the process found exited; starting ...", flush=True)
+        comp.start()
+        wait_until(comp.name, comp.healthy, comp.timeout, comp.pid)
+    print(f"  {comp.name:<14} up (port {ENV[comp.port_key]})", flush=True)
 
 
 def down(names: list[str]) -> None:
@@ -494,8 +582,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.components:
                 pid = COMPONENTS[name].pid()
                 if pid:
-                    os.killpg(pid, signal.SIGKILL)
-                    print(f"  {name:<14} killed (pid {pid})")
+                    kill(name, pid)
         else:
             return status(args.json)
     except StackError as err:
