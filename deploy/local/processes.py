@@ -174,7 +174,10 @@ def terminate(name: str, pid: int, timeout: float = 60) -> None:
 
 def kill(name: str, pid: int) -> None:
     """SIGKILL NAME's process group and return once the process no longer runs (a signal is delivered later)."""
-    os.killpg(pid, signal.SIGKILL)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # exited meanwhile
+        pass
     deadline = time.monotonic() + 30
     while proc_start_time(pid) is not None:
         if time.monotonic() > deadline:
