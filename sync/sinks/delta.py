@@ -273,8 +273,8 @@ class DeltaSink:
             result = result.merge(part)
         # Each Py4J proxy a method was called on is in a reference cycle (it caches its bound methods, which
         # point back at it), so only the cyclic collector frees it, and until then its JVM object stays pinned
-        # in Py4J's gateway. The MERGE source above (a DataFrame holding the batch's rows, 16 MB of 60 KB
-        # rows) is one. With the collector slowed down for throughput (sync.follower.tune_gc) a collection came
+        # in Py4J's gateway. The MERGE source above (a DataFrame holding the batch's rows, up to the batch's
+        # bytes) is one. With the collector slowed down for throughput (sync.follower.tune_gc) a collection came
         # only every few hundred batches, and the pinned sources filled the driver's heap (docs/daemon.md,
         # "Memory"). One collection per batch costs milliseconds next to a MERGE's seconds.
         gc.collect()
