@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
 
-    from cdcsync.class_archive import archive_path
+    from cdcsync.driver import archive_path
 
     path = archive_path()
     if path is None or not path.is_file():

@@ -30,69 +30,17 @@ classes from an archive").
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from cdcsync.spark import connector_jars, driver_java_options, spark_session, state_dir
+from cdcsync.driver import QUIET, archive_path, driver_java_options
+from cdcsync.spark import spark_session
 
-DIRECTORY = "spark-classes"  # under the state directory
-QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a rejected archive is not worth a line in every command's log
 BUILD_TIMEOUT_S = 300
-
-
-def java_binary() -> Path | None:
-    """The java pyspark's launcher runs: ``$JAVA_HOME/bin/java``, else the first on the PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    return Path(found).resolve() if found and Path(found).exists() else None
-
-
-def fingerprint() -> str | None:
-    """What an archive depends on, hashed: the JVM build and every jar of the driver's class path."""
-    import pyspark
-
-    java = java_binary()
-    if java is None:
-        return None
-    digest = hashlib.sha256(str(java).encode())
-    release = java.parent.parent / "release"  # JAVA_VERSION and the build, in every JDK since 9
-    digest.update(release.read_bytes() if release.exists() else b"")
-    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar")) + connector_jars()
-    for jar in jars:
-        stat = jar.stat()
-        digest.update(f"{jar}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-def archive_path() -> Path | None:
-    """Where this JVM's and class path's archive is (whether or not it exists yet); None without java."""
-    key = fingerprint()
-    return state_dir() / DIRECTORY / f"{key}.jsa" if key else None
-
-
-def java_options(wanted: bool = True) -> str:
-    """The driver's options to start from the archive; empty when there is none for this JVM or it is not wanted.
-
-    ``wanted``: the command's own choice (``spark_session(class_archive=...)``);
-    ``CDCSYNC_SPARK_CLASS_ARCHIVE=on`` or ``off`` overrides it for every command.
-    """
-    setting = os.environ.get("CDCSYNC_SPARK_CLASS_ARCHIVE", "").lower()
-    if setting in ("on", "true", "1"):
-        wanted = True
-    elif setting in ("off", "false", "0"):
-        wanted = False
-    if not wanted:
-        return ""
-    path = archive_path()
-    if path is None or not path.is_file():
-        return ""
-    return f"-XX:SharedArchiveFile={path} {QUIET}"
 
 
 def build(force: bool = False) -> Path:

@@ -1,55 +1,21 @@
 """Build the Spark session every follower runs in: Kafka source and Delta Lake on the classpath.
 
-The connector jars are resolved by Maven into ``<state>/lib/spark`` (see
-deploy/local/pom.xml, profile ``spark``); ``CDCSYNC_SPARK_JARS`` points
-elsewhere. Jars that pyspark already ships (Scala, slf4j, ...) are left out so
-one copy of each class is loaded. Imported only by commands that need Spark.
+The class path and the driver's options come from ``cdcsync.driver``.
+Imported only by commands that need Spark.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdcsync.errors import FatalError
+from cdcsync.driver import connector_jars, driver_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def state_dir() -> Path:
-    """The stack's state directory; the same rule as deploy/local/stack.py."""
-    if os.environ.get("CDCSYNC_STATE_DIR"):
-        return Path(os.environ["CDCSYNC_STATE_DIR"])
-    if os.geteuid() == 0:
-        return Path("/var/lib/cdcsync")
-    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "cdcsync"
-
-
-def _artifact(jar: Path) -> str:
-    return re.sub(r"-\d[\w.]*$", "", jar.stem)
-
-
-def connector_jars(jars_dir: Path | None = None) -> list[Path]:
-    import pyspark
-
-    jars_dir = jars_dir or Path(os.environ.get("CDCSYNC_SPARK_JARS") or state_dir() / "lib/spark")
-    jars = sorted(jars_dir.glob("*.jar"))
-    if not any(j.name.startswith("spark-sql-kafka") for j in jars) or not any(
-        j.name.startswith("delta-spark") for j in jars
-    ):
-        raise FatalError(
-            f"Spark's Kafka source and Delta jars are not in {jars_dir}; run `make install` "
-            "(or set CDCSYNC_SPARK_JARS to a directory holding them)"
-        )
-    bundled = {_artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return [j for j in jars if _artifact(j) not in bundled]
-
-
-LOG4J2 = Path(__file__).with_name("log4j2.properties")
 FETCHED_DATA_IDLE = "20s"  # how long Spark may keep a Kafka task's polled records for the next task (spark_session)
 LOCAL_FILE_CONTEXT = "org.apache.hadoop.fs.local.RawLocalFs"  # local checkpoint files without .crc companions
 CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark's default: 100)
@@ -67,24 +33,6 @@ REPLACED_FILE_RETENTION = "interval 1 hours"
 # wrote the table's whole state, ~40 % slower than its neighbours). cdcsync writes them every 10 versions on a
 # thread beside the batches (sync/sinks/delta_checkpoints.py); this is only the fallback for other writers.
 CHECKPOINT_INTERVAL = "1000"
-
-
-def driver_java_options(class_archive: bool = False) -> str:
-    """The driver JVM's options: log4j's configuration, the class archive's, then ``CDCSYNC_SPARK_JAVA_OPTIONS``.
-
-    Only errors from the JVM's first line on (cdcsync/log4j2.properties): no
-    start-up notices in the log. With ``class_archive``, Spark's classes come
-    from the archive made for this JVM, if there is one (``cdcsync.class_archive``):
-    ~4 s less to start, but slower Spark jobs once warm.
-    """
-    from cdcsync.class_archive import java_options
-
-    options = [
-        f"-Dlog4j2.configurationFile={LOG4J2}",
-        java_options(class_archive),
-        os.environ.get("CDCSYNC_SPARK_JAVA_OPTIONS", ""),
-    ]
-    return " ".join(o for o in options if o)
 
 
 def default_master() -> str:

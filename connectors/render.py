@@ -52,7 +52,7 @@ def secrets_dir(config: Config) -> Path:
     """
     if config.connect.secrets_dir:
         return Path(config.connect.secrets_dir)
-    from cdcsync.spark import state_dir
+    from cdcsync.driver import state_dir
 
     return state_dir() / "connect-secrets"
 

@@ -84,7 +84,7 @@ def problems(facts: list[PartitionFacts], now_ms: int) -> list[str]:
 
 
 def base_dir(config: Config) -> Path:
-    from cdcsync.spark import state_dir
+    from cdcsync.driver import state_dir
 
     return Path(config.state_dir) if config.state_dir else state_dir()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cdcsync.spark import connector_jars
+from cdcsync.driver import connector_jars
 
 PROBE = """
 from cdcsync.spark import spark_session
@@ -27,18 +27,19 @@ spark.stop()
 
 def test_a_driver_maps_the_archive_built_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cdcsync import class_archive
+    from cdcsync.driver import DIRECTORY, archive_path
 
     jars = connector_jars()[0].parent
     monkeypatch.setenv("CDCSYNC_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("CDCSYNC_SPARK_JARS", str(jars))
     monkeypatch.delenv("CDCSYNC_SPARK_CLASS_ARCHIVE", raising=False)
-    stale = tmp_path / "state" / class_archive.DIRECTORY / "0123456789abcdef.jsa"  # an earlier JDK's
+    stale = tmp_path / "state" / DIRECTORY / "0123456789abcdef.jsa"  # an earlier JDK's
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")
 
     path = class_archive.build()
 
-    assert path == class_archive.archive_path() and path.stat().st_size > 50 * 2**20
+    assert path == archive_path() and path.stat().st_size > 50 * 2**20
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name], "stale archives or a partial one left"
     log = tmp_path / "classes.log"
     env = {**os.environ, "CDCSYNC_SPARK_JAVA_OPTIONS": f"-Xlog:class+load=info:file={log}"}

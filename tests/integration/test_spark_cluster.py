@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cdcsync.spark import connector_jars
+from cdcsync.driver import connector_jars
 from tests.integration.followers import numbered_table, scenario
 from tests.support import execute, uid
 

@@ -30,13 +30,13 @@ def _made(path: Path | None) -> Path:
 
 
 def test_no_archive_no_option(state: Path) -> None:
-    from cdcsync.class_archive import java_options
+    from cdcsync.driver import java_options
 
     assert java_options() == ""
 
 
 def test_the_archive_of_this_jvm_and_class_path_is_used(state: Path) -> None:
-    from cdcsync.class_archive import QUIET, archive_path, java_options
+    from cdcsync.driver import QUIET, archive_path, java_options
 
     path = _made(archive_path())
     assert path.parent == state / "state" / "spark-classes"
@@ -45,7 +45,7 @@ def test_the_archive_of_this_jvm_and_class_path_is_used(state: Path) -> None:
 
 @pytest.mark.parametrize("value", ["off", "false", "0"])
 def test_the_archive_can_be_turned_off(state: Path, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    from cdcsync.class_archive import archive_path, java_options
+    from cdcsync.driver import archive_path, java_options
 
     _made(archive_path())
     monkeypatch.setenv("CDCSYNC_SPARK_CLASS_ARCHIVE", value)
@@ -55,7 +55,7 @@ def test_the_archive_can_be_turned_off(state: Path, monkeypatch: pytest.MonkeyPa
 def test_a_command_that_does_not_want_it_starts_without_unless_turned_on(
     state: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cdcsync.class_archive import archive_path, java_options
+    from cdcsync.driver import archive_path, java_options
 
     path = _made(archive_path())
     assert java_options(wanted=False) == ""
@@ -65,7 +65,7 @@ def test_a_command_that_does_not_want_it_starts_without_unless_turned_on(
 
 def test_another_jar_set_looks_for_another_archive(state: Path) -> None:
     """An archive made for other jars is not used: the JVM would reject it at every start."""
-    from cdcsync.class_archive import archive_path, java_options
+    from cdcsync.driver import archive_path, java_options
 
     first = _made(archive_path())
     jar = state / "jars" / "delta-spark_2.13-4.0.0.jar"
@@ -79,8 +79,7 @@ def test_another_jar_set_looks_for_another_archive(state: Path) -> None:
 
 
 def test_driver_options_log4j_then_archive_then_the_operators(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdcsync.class_archive import archive_path
-    from cdcsync.spark import LOG4J2, driver_java_options
+    from cdcsync.driver import LOG4J2, archive_path, driver_java_options
 
     path = _made(archive_path())
     monkeypatch.setenv("CDCSYNC_SPARK_JAVA_OPTIONS", "-XX:+HeapDumpOnOutOfMemoryError")
