@@ -127,12 +127,11 @@ def spawn(name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Pa
 
 def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-        except (OSError, IndexError, ValueError):
-            continue
+    for entry in glob.glob("/proc/[0-9]*"):
+        child = int(entry.rsplit("/", 1)[1])
+        parent = stat_fields(child)[1:2]
+        if parent:
+            children.setdefault(int(parent[0]), []).append(child)
     found, todo = [], [pid]
     while todo:
         current = todo.pop()

@@ -162,7 +162,12 @@ def pg_pid() -> int | None:
     pid = pg_lock_pid()
     if pid is None or proc_start_time(pid) is None:
         return None
-    return pid if os.fsencode(DATA / "postgres") in (cmdline(pid) or []) else None
+    return pid if _on_data_dir(cmdline(pid)) else None
+
+
+def _on_data_dir(argv: list[bytes] | None) -> bool:
+    """Whether a process's argv names this data directory, as pg_ctl starts the postmaster (-D)."""
+    return os.fsencode(DATA / "postgres") in (argv or [])
 
 
 def pg_wait_gone(timeout: float = 60) -> None:
@@ -177,7 +182,8 @@ def pg_wait_gone(timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while pid is not None and stat_fields(pid):
         argv = cmdline(pid)
-        if not (zombie(pid) or not argv or argv == [b""] or os.fsencode(DATA / "postgres") in argv):
+        dying = zombie(pid) or not any(argv or [])  # a dying process's argv reads empty
+        if not (dying or _on_data_dir(argv)):
             return  # another program's process
         if time.monotonic() > deadline:
             raise StackError(f"postgres: the postmaster postmaster.pid names (pid {pid}) is still there after "
