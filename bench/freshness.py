@@ -45,7 +45,10 @@ from ``/proc``), the Spark JVM's split by thread: JIT compilers, tasks, GC.
 reached Kafka (capture), and each follower's ``cdcsync_changes_applied_total``
 rate. The burst phase gives the live throughput of the three followers
 together (changes / time until the last update is visible in every store)
-next to capture alone (the time until the last is in Kafka).
+next to capture alone (the time until the last is in Kafka). Then, with the
+daemon stopped, the raw ceilings of the same changes (``bench.raw``): each
+sink's client library alone, and the three at once, which bounds what three
+followers sharing the cores could ever reach.
 
 Not a pass/fail test. Usage: python -m bench.freshness [--rates 1000,5000] [--seconds 180] [--warm-up 120] [--json]
 """
@@ -64,7 +67,7 @@ from typing import Any
 
 import yaml
 
-from bench import cpu, daemon_report
+from bench import cpu, daemon_report, raw
 from bench.common import ENV, cleanup, one_table_doc, say, start_daemon, stop_daemon, stop_on_sigterm, three_followers
 from bench.markers import TARGET, Marks, Poller
 
@@ -160,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
             cpu_before = cpu.sample()
             results["burst"] = _burst(pg, table, args.burst, args.rows, marks, pollers, topic, config)
             results["burst"]["cpu_cores"] = cpu.cores(cpu_before, cpu.sample())
+            stop_daemon(daemon)  # the raw writers get the cores the daemon had
+            start, end = results["burst"].pop("window")
+            results["burst"]["raw"] = raw.ceilings(config_path, ["search", "cache", "warehouse"], topic, start, end)
+            results["burst"]["ratio_to_raw_at_once"] = round(
+                results["burst"]["all_three_per_s"] / results["burst"]["raw"]["three_at_once_per_s"], 2
+            )
     finally:
         for p in pollers:
             p.stop()
@@ -229,7 +238,8 @@ def _burst(
 ) -> dict[str, Any]:
     """``changes`` updates as fast as Postgres takes them, then a marker: changes/s until visible, and in Kafka."""
     say(f"burst: {changes:,} updates flat out ...")
-    target_end = _topic_end(topic) + changes + 1
+    start = _topic_end(topic)
+    target_end = start + changes + 1
     started, low, done = time.monotonic(), 1, 0
     while done < changes:
         n = min(1000, changes - done, rows - low + 1)
@@ -259,7 +269,7 @@ def _burst(
     out |= {f"{name}_per_s": round(changes / s) for name, s in visible.items()}
     out["ratio_to_capture"] = round(out["all_three_per_s"] / out["capture_per_s"], 2)
     say(f"  {out}")
-    return out
+    return out | {"window": (start, start + changes)}
 
 
 def _wait_seen(pollers: list[Poller], mark: int, timeout_s: float) -> None:
@@ -326,6 +336,15 @@ def _print(results: dict[str, Any]) -> None:
             f"cache {b['cache_per_s']:,}/s, warehouse {b['warehouse_per_s']:,}/s"
         )
         print(f"        cpu (cores): {cpu.summary(b['cpu_cores'])}")
+        r = b["raw"]
+        print(
+            f"        raw ceilings, the same changes: alone search {r['search_alone_per_s']:,}/s, "
+            f"cache {r['cache_alone_per_s']:,}/s, warehouse {r['warehouse_alone_per_s']:,}/s; the three at once "
+            f"{r['three_at_once_per_s']:,}/s (search {r['search_at_once_per_s']:,}, "
+            f"cache {r['cache_at_once_per_s']:,}, "
+            f"warehouse {r['warehouse_at_once_per_s']:,}); followers / raw at once {b['ratio_to_raw_at_once']}, "
+            f"raw at once / capture {round(r['three_at_once_per_s'] / b['capture_per_s'], 2)}"
+        )
 
 
 if __name__ == "__main__":
