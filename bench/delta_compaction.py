@@ -92,7 +92,7 @@ def by_row_width(spark: Any, row_kb: int, measure: Callable[[_Table, int], dict[
     """``measure(table, share)`` on narrow rows, then on rows of ``row_kb`` KB; the figures by row width.
 
     Narrow: a 50,000-row table and ``share`` 1. Wide: a 5,000-row table and ``share`` 4, a quarter of the
-    changes per MERGE (the warehouse's batches are bound to 16 MiB).
+    changes per MERGE (the batches of the first wide-row benches, bound to 16 MiB).
     """
     results: dict[str, Any] = {}
     for kb in (0, row_kb):

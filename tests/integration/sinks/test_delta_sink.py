@@ -36,6 +36,7 @@ TYPES = {
     "name": "text",
 }
 COMPACT_AT = "spark.databricks.delta.autoCompact.minNumFiles"
+AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled"
 # Delta's names: a table's retention of replaced files' entries, and a session's default for new tables.
 REPLACED_RETENTION = "delta.deletedFileRetentionDuration"
 REPLACED_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"
@@ -387,19 +388,26 @@ def test_auto_compaction_runs_after_a_tables_first_write_then_only_at_the_thresh
     compacts each table once, at its first MERGE; afterwards only once
     ``minNumFiles`` (200) small files are counted. Two later MERGEs of a few
     files each compact nothing, and the rows are the sink's.
+
+    A MERGE of inserts writes one file (its source is one partition), so the
+    table first gets two files with auto compaction off, as a table written
+    by an earlier run of the daemon would hold them.
     """
     from delta.tables import DeltaTable
 
     sink = make_sink(spark, tmp_path)
     expected: dict[str, tuple[int, dict[str, Any]]] = {}
-    for batch in range(3):
+    enabled = spark.conf.get(AUTO_COMPACT)
+    for batch in range(5):
+        spark.conf.set(AUTO_COMPACT, "false" if batch < 2 else enabled)
         rows = [upsert(f"k{batch}-{i}", batch + 1, {"n": i, "name": "row " * 20}) for i in range(200)]
         assert sink.write(batch, rows).applied == len(rows)
         expected.update({r.doc_id: (r.version, r.doc) for r in rows})
+    spark.conf.set(AUTO_COMPACT, enabled)
     history = DeltaTable.forPath(spark, str(tmp_path / "lake/items")).history().orderBy("version").collect()
     operations = [r["operation"] for r in history]
-    assert operations == ["CREATE TABLE", "MERGE", "OPTIMIZE", "MERGE", "MERGE"], operations
-    assert history[2]["operationParameters"]["auto"] == "true"
+    assert operations == ["CREATE TABLE", "MERGE", "MERGE", "MERGE", "OPTIMIZE", "MERGE", "MERGE"], operations
+    assert history[4]["operationParameters"]["auto"] == "true"
     assert sink.held("items") == expected
 
 
@@ -502,3 +510,23 @@ def test_log_checkpoints_are_written_beside_the_batches(spark: Any, tmp_path: Pa
     for target in targets:  # a new reader starts from the checkpoint and the commits after it
         assert reader.held(target) == {f"k{i}": (12, {"n": 12, "name": "x"}) for i in range(20)}
     reader.close()
+
+
+def test_a_merge_reads_its_source_as_one_partition(spark: Any, tmp_path: Path) -> None:
+    """The batch a MERGE joins is one partition, whatever the task slots; the MERGE still lands every row.
+
+    A MERGE reads its source in ~6 of its jobs (the broadcasts of its joins);
+    split into a partition per slot, each of those ran a task per slot over a
+    few rows (docs/performance.md, "Delta: the MERGE's source in one partition").
+    """
+    from pyspark.sql import types as T
+
+    from cdcsync.sync.sinks.delta_values import frame
+
+    assert spark.sparkContext.defaultParallelism > 1  # else one partition proves nothing
+    schema = T.StructType([T.StructField("id", T.StringType()), T.StructField("n", T.LongType())])
+    assert frame(spark, [(str(i), i) for i in range(5000)], schema).rdd.getNumPartitions() == 1
+    sink = make_sink(spark, tmp_path)
+    rows = [upsert(f"k{i}", 2, {"n": i, "name": f"row {i}"}) for i in range(5000)]
+    assert sink.write(1, rows).applied == 5000
+    assert sink.held("items") == {r.doc_id: (2, r.doc) for r in rows}
