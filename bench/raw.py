@@ -12,7 +12,10 @@ One process per sink (``python -m bench.raw CONFIG FOLLOWER TOPIC START END``)
 reads the window ``[START, END)`` of the topic, maps it as the follower
 does, and then writes it on each ``go NAME`` line of its standard input into
 a fresh store named ``NAME``, answering ``done SECONDS``; reading, mapping and
-a Delta writer's Spark session are not timed. ``ceilings`` drives the three.
+a Delta writer's Spark session are not timed. ``ceilings`` drives the three:
+a first write each (warm-up, not counted: the Delta writer's first append in
+a new JVM took twice as long as its second), then each alone, then the
+three at once.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ def ceilings(config_path: Path, followers: list[str], topic: str, start: int, en
     try:
         for name, proc in workers.items():
             _answer(name, proc, "ready")
-        say(f"raw writers: {changes:,} changes read and mapped for {', '.join(followers)}")
+        say(f"raw writers: {changes:,} changes read and mapped for {', '.join(followers)}; a first write each ...")
+        for name, proc in workers.items():  # the first write pays the JVM's and the client's warm-up
+            _write(name, proc, "warm-up")
         alone = {}
         for name, proc in workers.items():
             alone[name] = changes / _write(name, proc, "alone")
