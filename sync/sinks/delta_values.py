@@ -59,10 +59,11 @@ def frame(spark: SparkSession, data: list[tuple[Any, ...]], schema: T.StructType
     source").
 
     In one partition: a local relation is otherwise split into one partition
-    per task slot, and a MERGE reads its source in ~6 of its jobs (the
-    broadcasts of its joins), each then running a task per slot over a few
-    rows. One partition made a MERGE of 5,000-65,000 rows 15-20 % faster
-    alone (docs/performance.md, "Delta: the MERGE's source in one partition").
+    per task slot, a MERGE reads its source in ~6 of its jobs (the
+    broadcasts of its joins), each then a task per slot over a few rows, and
+    writes a file per partition. One partition: one file per MERGE instead of
+    five, and a MERGE 4-12 % faster (docs/performance.md, "Delta: the MERGE's
+    source in one partition").
     """
     return spark.createDataFrame(arrow_table(data, schema), schema).coalesce(1)
 

@@ -398,12 +398,14 @@ def test_auto_compaction_runs_after_a_tables_first_write_then_only_at_the_thresh
     sink = make_sink(spark, tmp_path)
     expected: dict[str, tuple[int, dict[str, Any]]] = {}
     enabled = spark.conf.get(AUTO_COMPACT)
-    for batch in range(5):
-        spark.conf.set(AUTO_COMPACT, "false" if batch < 2 else enabled)
-        rows = [upsert(f"k{batch}-{i}", batch + 1, {"n": i, "name": "row " * 20}) for i in range(200)]
-        assert sink.write(batch, rows).applied == len(rows)
-        expected.update({r.doc_id: (r.version, r.doc) for r in rows})
-    spark.conf.set(AUTO_COMPACT, enabled)
+    try:
+        for batch in range(5):
+            spark.conf.set(AUTO_COMPACT, "false" if batch < 2 else enabled)
+            rows = [upsert(f"k{batch}-{i}", batch + 1, {"n": i, "name": "row " * 20}) for i in range(200)]
+            assert sink.write(batch, rows).applied == len(rows)
+            expected.update({r.doc_id: (r.version, r.doc) for r in rows})
+    finally:
+        spark.conf.set(AUTO_COMPACT, enabled)
     history = DeltaTable.forPath(spark, str(tmp_path / "lake/items")).history().orderBy("version").collect()
     operations = [r["operation"] for r in history]
     assert operations == ["CREATE TABLE", "MERGE", "MERGE", "MERGE", "OPTIMIZE", "MERGE", "MERGE"], operations
