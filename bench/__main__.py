@@ -38,8 +38,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench import cpu
-from bench.common import ENV, cleanup, one_table_config, say, three_followers
+from bench import cpu, raw
+from bench.common import cleanup, one_table_config, say, three_followers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,15 +201,15 @@ def _catch_up(spark: Any, config: Any, cfg: Any, topic: str, tmp: Path, tag: str
         f"[{cfg.name}] batches (records, ms): "
         + ", ".join(f"{p['numInputRows']}/{p['durationMs']}" for p in query.recentProgress if p["numInputRows"])
     )
-    rows = list(_mapped_rows(config, follower, topic))
+    docs = raw.documents(config, follower, topic)
     started, before = time.perf_counter(), cpu.sample()
-    _raw_write(cfg.kind, rows, follower, tmp, spark, f"{tag}-{cfg.name}")
+    raw.writer(cfg.kind, docs, tmp, spark)(f"{tag}-{cfg.name}-raw")
     raw_s, raw_used = time.perf_counter() - started, cpu.cores(before, cpu.sample())
     run = {
         "query_start_s": round(total_s - catch_s, 1),
         "catch_up_changes": records,
         "catch_up_changes_per_s": round(records / catch_s),
-        "raw_ceiling_docs_per_s": round(len(rows) / raw_s),
+        "raw_ceiling_docs_per_s": round(len(docs) / raw_s),
         "catch_up_cpu_cores": used,
         "raw_cpu_cores": raw_used,
     }
@@ -259,59 +259,6 @@ def _warm_up(spark: Any, config: Any, topic: str, passes: int = 4) -> float:
     seconds = time.perf_counter() - started
     say(f"warm-up: {passes} reads of the topic through Python workers in {seconds:.1f}s")
     return round(seconds, 1)
-
-
-def _mapped_rows(config: Any, follower: Any, topic: str) -> Any:
-    """The same documents the follower wrote, read back from the topic and mapped."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from cdcsync.events import parse_record
-    from cdcsync.sync.mapping import map_row
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": config.kafka.bootstrap_servers,
-            "group.id": f"raw-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-    seen = 0
-    while seen < end:
-        for msg in consumer.consume(5000, timeout=1):
-            seen = msg.offset() + 1
-            change = parse_record(topic, 0, msg.offset(), msg.key(), msg.value())
-            if change is not None:
-                yield map_row(change, follower.mappings[topic])
-    consumer.close()
-
-
-def _raw_write(kind: str, rows: list[Any], follower: Any, tmp: Path, spark: Any, name: str) -> None:
-    """The documents straight into the sink's store, under ``name`` (an index, a key prefix, a directory)."""
-    docs = [(r.doc_id, follower.sink.stored_form(r.doc)) for r in rows if r.doc is not None]
-    if kind == "elasticsearch":
-        from elasticsearch import Elasticsearch, helpers
-
-        es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
-        index = f"{name}-raw"
-        es.indices.create(index=index, settings={"number_of_shards": 1, "number_of_replicas": 0})
-        helpers.bulk(es, ({"_index": index, "_id": i, "_source": d} for i, d in docs), chunk_size=1000)
-        es.indices.refresh(index=index)
-    elif kind == "redis":
-        import redis
-
-        r = redis.Redis(port=int(ENV["REDIS_PORT"]))
-        pipe = r.pipeline(transaction=False)
-        for n, (i, d) in enumerate(docs, 1):
-            pipe.hset(f"{name}raw:{i}", mapping={k: str(v) for k, v in d.items()})
-            if n % 1000 == 0:
-                pipe.execute()
-        pipe.execute()
-    else:
-        spark.createDataFrame([{k: str(v) for k, v in d.items()} | {"_id": i} for i, d in docs]).write.format(
-            "delta"
-        ).save(str(tmp / f"{name}-raw"))
 
 
 def _live(

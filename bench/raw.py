@@ -91,8 +91,13 @@ def _answer(name: str, proc: subprocess.Popen[str], word: str) -> str:
     return line[1] if len(line) > 1 else ""
 
 
-def _documents(config: Any, follower: Any, topic: str, start: int, end: int) -> list[tuple[str, dict[str, Any]]]:
-    """The window's changes, parsed and mapped as the follower does, in the sink's stored form; deletes left out."""
+def documents(
+    config: Any, follower: Any, topic: str, start: int = 0, end: int | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The window's changes (to the log's end by default), mapped as the follower does, in the sink's stored form.
+
+    Deletes are left out: a raw writer only writes documents.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
     from cdcsync.events import parse_record
@@ -106,13 +111,16 @@ def _documents(config: Any, follower: Any, topic: str, start: int, end: int) -> 
         }
     )
     consumer.assign([TopicPartition(topic, 0, start)])
+    if end is None:
+        end = int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
     docs, offset = [], start
     while offset < end:
         for msg in consumer.consume(5000, timeout=1):
-            if msg.error() or msg.offset() >= end:
-                offset = max(offset, msg.offset() + 1)
+            if msg.error():
                 continue
             offset = msg.offset() + 1
+            if msg.offset() >= end:
+                continue
             change = parse_record(topic, 0, msg.offset(), msg.key(), msg.value())
             row = None if change is None else map_row(change, follower.mappings[topic])
             if row is not None and row.doc is not None:
@@ -121,8 +129,11 @@ def _documents(config: Any, follower: Any, topic: str, start: int, end: int) -> 
     return docs
 
 
-def _writer(kind: str, docs: list[tuple[str, dict[str, Any]]], base: Path, spark: Any) -> Any:
-    """A function writing ``docs`` into a fresh store named by its argument."""
+def writer(kind: str, docs: list[tuple[str, dict[str, Any]]], base: Path, spark: Any) -> Any:
+    """A function writing ``docs`` into a fresh store named by its argument (a Delta table: a directory in ``base``).
+
+    The Delta writer's rows are put in the JVM here, before its clock starts.
+    """
     if kind == "elasticsearch":
         from elasticsearch import Elasticsearch, helpers
 
@@ -169,7 +180,7 @@ def main(argv: list[str]) -> int:
 
         spark = spark_session(f"bench-raw-{name}")
     follower = build_follower(config, cfg, spark, open_sink=False)
-    write = _writer(cfg.kind, _documents(config, follower, topic, start, end), Path(config_path).parent, spark)
+    write = writer(cfg.kind, documents(config, follower, topic, start, end), Path(config_path).parent, spark)
     prefix = cfg.prefix or ""
     print("ready", flush=True)
     for line in sys.stdin:
