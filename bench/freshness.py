@@ -8,11 +8,16 @@ fast as Postgres takes them).
 
 **Warm-up.** A daemon runs for days; its first minutes are not its steady
 state. The Spark JVM keeps compiling hot code for several minutes after it
-starts: at 1k changes/s its JIT compilers took 0.37-0.46 of the two cores
-over a first minute, 0.24 averaged over six, and every batch is slower
-meanwhile. So the
-writer first runs ``--warm-up`` seconds (120 by default) at the first rate,
-reported as its own phase, and the phases after it are the steady state.
+starts, and every batch is slower meanwhile: at 1k changes/s its JIT
+compilers took 0.34-0.43 of the two cores two to five minutes in, and 0.07
+after ten, when the warehouse's batches had gone from ~5.5 s to ~2.6 s
+(docs/performance.md, "Generated code"). So the writer first runs at the
+first rate until the JIT has settled: the warm-up ends with the first minute,
+at least ``WARM_UP_MIN_S`` in, in which the JVM's compiler threads used less
+than ``--settled`` cores (0.1), and after ``--warm-up`` seconds (900) in any
+case. It is reported as its own phase, with its length; the phases after it
+are the steady state. ``--settled 0`` makes the warm-up ``--warm-up``
+seconds long.
 
 **Markers.** Once a second the writer commits ``name = 'mark:<n>'`` to the
 row with id 0 and notes the time the commit returned. One poller per store
@@ -50,7 +55,8 @@ daemon stopped, the raw ceilings of the same changes (``bench.raw``): each
 sink's client library alone, and the three at once, which bounds what three
 followers sharing the cores could ever reach.
 
-Not a pass/fail test. Usage: python -m bench.freshness [--rates 1000,5000] [--seconds 180] [--warm-up 120] [--json]
+Not a pass/fail test. Usage: python -m bench.freshness [--rates 1000,5000] [--seconds 180] [--warm-up 900]
+[--settled 0.1] [--json]
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +78,8 @@ from bench import cpu, daemon_report, raw
 from bench.common import ENV, cleanup, one_table_doc, say, start_daemon, stop_daemon, stop_on_sigterm, three_followers
 from bench.markers import TARGET, Marks, Poller
 
+WARM_UP_MIN_S = 120  # the shortest warm-up: the JIT's first minutes always compile (docs/performance.md)
+JIT_WINDOW_S = 60  # the warm-up's JIT is judged over windows of this length
 DRAIN_S = 600  # after a phase, until its last marker is in every store (a warehouse at 5k/s ended 105 s behind)
 
 
@@ -79,7 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="1000,5000", help="steady phases, changes/s, comma-separated")
     parser.add_argument("--seconds", type=float, default=180, help="length of each steady phase")
     parser.add_argument(
-        "--warm-up", type=float, default=120, help="seconds at the first rate before the phases, reported apart"
+        "--warm-up",
+        type=float,
+        default=900,
+        help="at most this many seconds at the first rate before the phases, reported apart (see --settled)",
+    )
+    parser.add_argument(
+        "--settled",
+        type=float,
+        default=0.1,
+        help="the warm-up ends after a minute in which the JVM's JIT compilers used fewer cores (0: never early)",
     )
     parser.add_argument("--burst", type=int, default=100_000, help="updates of the flat-out phase (0: none)")
     parser.add_argument("--rows", type=int, default=50_000, help="rows of the table the writer rewrites in turn")
@@ -151,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         plan = [("warm-up", rates[0], args.warm_up)] if rates and args.warm_up > 0 else []
         for label, rate, seconds in plan + [("steady", rate, args.seconds) for rate in rates]:
             since, cpu_before = time.time(), cpu.sample()
-            phase = _steady(pg, table, rate, seconds, args.rows, marks, pollers, port=port, topic=topic)
+            settled = JitSettled(args.settled) if label == "warm-up" and args.settled > 0 else None
+            phase = _steady(pg, table, rate, seconds, args.rows, marks, pollers, port=port, topic=topic, until=settled)
             phase["label"] = label
+            if settled is not None:
+                phase["jit_last_minute"] = settled.last
+                say(f"  warm-up {phase['seconds']:.0f}s; the JIT's last minute: {settled.last} cores")
             phase["cpu_cores"] = cpu.cores(cpu_before, cpu.sample())
             phase["batches"] = daemon_report.batch_phases(log, since, time.time())
             for name, figures in phase["batches"].items():
@@ -192,9 +214,11 @@ def _steady(
     *,
     port: int,
     topic: str,
+    until: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Commit ``rate`` updates a second for ``seconds``, in ten statements a second, and a marker each second."""
-    say(f"{rate:,} changes/s for {seconds:.0f}s ...")
+    """Commit ``rate`` updates a second for ``seconds`` (or until ``until()``, asked each second), in ten
+    statements a second, and a marker each second."""
+    say(f"{rate:,} changes/s for {seconds:.0f}s" + (" at most" if until else "") + " ...")
     before, kafka_before = daemon_report.scrape(port), _topic_end(topic)
     first_mark, written, low = max(marks.at) + 1, 0, 1
     per_tick = max(1, rate // 10)
@@ -202,6 +226,8 @@ def _steady(
     tick = 0
     while time.monotonic() - started < seconds:
         if tick % 10 == 0:
+            if until is not None and until():
+                break
             marks.commit()
         high = low + per_tick - 1
         pg.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id BETWEEN {low} AND {min(high, rows)}")
@@ -215,6 +241,7 @@ def _steady(
     after = daemon_report.scrape(port)
     phase: dict[str, Any] = {
         "rate": rate,
+        "seconds": round(elapsed),
         "written_per_s": round(written / elapsed),
         # what capture had put in Kafka by the time the writer stopped: below written_per_s when it lags
         "in_kafka_per_s": round((kafka_at_end - kafka_before) / elapsed),
@@ -231,6 +258,24 @@ def _steady(
         }
         say(f"  [{p.name}] seen p50/p95/p99 {phase[p.name]['seen']}  histogram {phase[p.name]['histogram']}")
     return phase
+
+
+class JitSettled:
+    """True once a ``JIT_WINDOW_S`` window, at least ``WARM_UP_MIN_S`` in, had the JVM's compilers below ``cores``."""
+
+    def __init__(self, cores: float, sample: Callable[[], cpu.Sample] = cpu.sample) -> None:
+        self.cores, self.sample = cores, sample
+        self.window = sample()
+        self.started = self.window["_at"]
+        self.last: float | None = None  # the JIT's cores in the last whole window
+
+    def __call__(self) -> bool:
+        now = self.sample()
+        if now["_at"] - self.window["_at"] < JIT_WINDOW_S:
+            return False
+        self.last = cpu.cores(self.window, now).get("spark jvm: jit", 0.0)
+        self.window = now
+        return now["_at"] - self.started >= WARM_UP_MIN_S and self.last < self.cores
 
 
 def _burst(
