@@ -362,7 +362,8 @@ def _print(results: dict[str, Any]) -> None:
                 f" {h['p50']!s:>9} {h['p95']!s:>6} {h['p99']!s:>6} {h['within_1s']!s:>6} {h['within_2s']!s:>6}"
                 f" {phase[name]['applied_per_s']:>10,}"
             )
-        print(f"        written {phase['written_per_s']:,}/s, in Kafka {phase['in_kafka_per_s']:,}/s")
+        kafka = f"in Kafka {phase['in_kafka_per_s']:,}/s"
+        print(f"        {phase['seconds']:.0f} s, written {phase['written_per_s']:,}/s, {kafka}")
         print(f"        cpu (cores, the drain included): {cpu.summary(phase['cpu_cores'])}")
         batches = phase.get("batches") or {}
         if batches:
