@@ -261,18 +261,26 @@ def _steady(
 
 
 class JitSettled:
-    """True once a ``JIT_WINDOW_S`` window, at least ``WARM_UP_MIN_S`` in, had the JVM's compilers below ``cores``."""
+    """True once a ``JIT_WINDOW_S`` window, at least ``WARM_UP_MIN_S`` in, had the JVM's compilers below ``cores``.
 
-    def __init__(self, cores: float, sample: Callable[[], cpu.Sample] = cpu.sample) -> None:
-        self.cores, self.sample = cores, sample
+    Asked each second; ``/proc`` is read (``sample``) only once a window has passed.
+    """
+
+    def __init__(
+        self,
+        cores: float,
+        sample: Callable[[], cpu.Sample] = cpu.sample,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cores, self.sample, self.clock = cores, sample, clock
         self.window = sample()
         self.started = self.window["_at"]
         self.last: float | None = None  # the JIT's cores in the last whole window
 
     def __call__(self) -> bool:
-        now = self.sample()
-        if now["_at"] - self.window["_at"] < JIT_WINDOW_S:
+        if self.clock() - self.window["_at"] < JIT_WINDOW_S:
             return False
+        now = self.sample()
         self.last = cpu.cores(self.window, now).get("spark jvm: jit", 0.0)
         self.window = now
         return now["_at"] - self.started >= WARM_UP_MIN_S and self.last < self.cores

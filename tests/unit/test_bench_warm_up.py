@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from bench import cpu
 from bench.freshness import JIT_WINDOW_S, WARM_UP_MIN_S, JitSettled
 
 
-def _samples(jit_cores_per_window: list[float], step_s: float = 1.0) -> Iterator[cpu.Sample]:
-    """Samples every ``step_s``, the compilers using each window's cores in turn (the last one after that)."""
-    at, jit = 0.0, 0.0
-    while True:
-        window = min(int(at // JIT_WINDOW_S), len(jit_cores_per_window) - 1)
-        yield {"spark jvm: jit": jit, "_at": at}
-        jit += jit_cores_per_window[window] * step_s
-        at += step_s
+class _Jvm:
+    """A clock and ``/proc`` samples of a JVM whose compilers use each window's cores in turn (then the last)."""
+
+    def __init__(self, jit_cores_per_window: list[float]) -> None:
+        self.per_window, self.at, self.jit, self.samples = jit_cores_per_window, 0.0, 0.0, 0
+
+    def tick(self) -> None:
+        window = min(int(self.at // JIT_WINDOW_S), len(self.per_window) - 1)
+        self.jit += self.per_window[window]
+        self.at += 1.0
+
+    def clock(self) -> float:
+        return self.at
+
+    def sample(self) -> cpu.Sample:
+        self.samples += 1
+        return {"spark jvm: jit": self.jit, "_at": self.at}
 
 
 def _ends_after(jit_cores_per_window: list[float], settled: float = 0.1, limit_s: int = 3600) -> float | None:
-    samples = _samples(jit_cores_per_window)
-    until = JitSettled(settled, sample=lambda: next(samples))
-    for second in range(1, limit_s):
+    jvm = _Jvm(jit_cores_per_window)
+    until = JitSettled(settled, sample=jvm.sample, clock=jvm.clock)
+    for _ in range(limit_s):
+        jvm.tick()
         if until():
-            return second
+            return jvm.at
     return None
 
 
@@ -41,9 +49,11 @@ def test_a_jvm_that_keeps_compiling_never_ends_it_early() -> None:
     assert _ends_after([0.4, 0.3, 0.2], limit_s=1200) is None
 
 
-def test_the_last_window_is_kept_for_the_report() -> None:
-    samples = _samples([0.25])
-    until = JitSettled(0.1, sample=lambda: next(samples))
-    while until.last is None:
+def test_proc_is_read_once_a_window_and_the_last_window_is_kept_for_the_report() -> None:
+    jvm = _Jvm([0.25])
+    until = JitSettled(0.1, sample=jvm.sample, clock=jvm.clock)
+    for _ in range(3 * JIT_WINDOW_S):
+        jvm.tick()
         until()
     assert until.last == 0.25
+    assert jvm.samples == 1 + 3  # the first, then one per window
