@@ -5,6 +5,8 @@ command line (``PARTS``; the bench's own process is ``bench``); the Spark
 JVM's threads are also split by name (``THREADS``: the JIT compilers, the
 tasks, the garbage collector, the rest). ``cores(before, after)`` is the
 difference in cores: 1.0 is one core busy for the whole window.
+``JitSettled`` tells when the JVM's JIT compilers have quietened after its
+start (``bench.freshness``'s warm-up).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -90,3 +93,32 @@ def summary(used: dict[str, float]) -> str:
             continue
         parts.append(f"{name} {value}" + (f" ({', '.join(threads)})" if name == "spark jvm" and threads else ""))
     return ", ".join(parts)
+
+
+class JitSettled:
+    """True once a window of ``window_s``, at least ``least_s`` in, had the Spark JVM's compilers below ``below`` cores.
+
+    Asked often (each second); ``/proc`` is read (``sample``) only once a window has passed. ``last`` holds the
+    compilers' cores in the last whole window, for the report.
+    """
+
+    def __init__(
+        self,
+        below: float,
+        least_s: float,
+        window_s: float = 60,
+        sample: Callable[[], Sample] = sample,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.below, self.least_s, self.window_s, self.sample, self.clock = below, least_s, window_s, sample, clock
+        self.window = sample()
+        self.started = self.window["_at"]
+        self.last: float | None = None
+
+    def __call__(self) -> bool:
+        if self.clock() - self.window["_at"] < self.window_s:
+            return False
+        now = self.sample()
+        self.last = cores(self.window, now).get("spark jvm: jit", 0.0)
+        self.window = now
+        return now["_at"] - self.started >= self.least_s and self.last < self.below

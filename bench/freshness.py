@@ -79,7 +79,6 @@ from bench.common import ENV, cleanup, one_table_doc, say, start_daemon, stop_da
 from bench.markers import TARGET, Marks, Poller
 
 WARM_UP_MIN_S = 120  # the shortest warm-up: the JIT's first minutes always compile (docs/performance.md)
-JIT_WINDOW_S = 60  # the warm-up's JIT is judged over windows of this length
 DRAIN_S = 600  # after a phase, until its last marker is in every store (a warehouse at 5k/s ended 105 s behind)
 
 
@@ -169,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = [("warm-up", rates[0], args.warm_up)] if rates and args.warm_up > 0 else []
         for label, rate, seconds in plan + [("steady", rate, args.seconds) for rate in rates]:
             since, cpu_before = time.time(), cpu.sample()
-            settled = JitSettled(args.settled) if label == "warm-up" and args.settled > 0 else None
+            settled = None
+            if label == "warm-up" and args.settled > 0:
+                settled = cpu.JitSettled(args.settled, least_s=WARM_UP_MIN_S)
             phase = _steady(pg, table, rate, seconds, args.rows, marks, pollers, port=port, topic=topic, until=settled)
             phase["label"] = label
             if settled is not None:
@@ -258,32 +259,6 @@ def _steady(
         }
         say(f"  [{p.name}] seen p50/p95/p99 {phase[p.name]['seen']}  histogram {phase[p.name]['histogram']}")
     return phase
-
-
-class JitSettled:
-    """True once a ``JIT_WINDOW_S`` window, at least ``WARM_UP_MIN_S`` in, had the JVM's compilers below ``cores``.
-
-    Asked each second; ``/proc`` is read (``sample``) only once a window has passed.
-    """
-
-    def __init__(
-        self,
-        cores: float,
-        sample: Callable[[], cpu.Sample] = cpu.sample,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.cores, self.sample, self.clock = cores, sample, clock
-        self.window = sample()
-        self.started = self.window["_at"]
-        self.last: float | None = None  # the JIT's cores in the last whole window
-
-    def __call__(self) -> bool:
-        if self.clock() - self.window["_at"] < JIT_WINDOW_S:
-            return False
-        now = self.sample()
-        self.last = cpu.cores(self.window, now).get("spark jvm: jit", 0.0)
-        self.window = now
-        return now["_at"] - self.started >= WARM_UP_MIN_S and self.last < self.cores
 
 
 def _burst(

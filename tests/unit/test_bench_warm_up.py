@@ -1,9 +1,12 @@
-"""bench.freshness: the warm-up ends once the Spark JVM's JIT compilers have settled, not after a fixed time."""
+"""bench.cpu.JitSettled: bench.freshness's warm-up ends once the Spark JVM's JIT compilers have settled."""
 
 from __future__ import annotations
 
 from bench import cpu
-from bench.freshness import JIT_WINDOW_S, WARM_UP_MIN_S, JitSettled
+from bench.cpu import JitSettled
+from bench.freshness import WARM_UP_MIN_S
+
+JIT_WINDOW_S = 60
 
 
 class _Jvm:
@@ -27,7 +30,7 @@ class _Jvm:
 
 def _ends_after(jit_cores_per_window: list[float], settled: float = 0.1, limit_s: int = 3600) -> float | None:
     jvm = _Jvm(jit_cores_per_window)
-    until = JitSettled(settled, sample=jvm.sample, clock=jvm.clock)
+    until = JitSettled(settled, WARM_UP_MIN_S, JIT_WINDOW_S, sample=jvm.sample, clock=jvm.clock)
     for _ in range(limit_s):
         jvm.tick()
         if until():
@@ -51,7 +54,7 @@ def test_a_jvm_that_keeps_compiling_never_ends_it_early() -> None:
 
 def test_proc_is_read_once_a_window_and_the_last_window_is_kept_for_the_report() -> None:
     jvm = _Jvm([0.25])
-    until = JitSettled(0.1, sample=jvm.sample, clock=jvm.clock)
+    until = JitSettled(0.1, WARM_UP_MIN_S, JIT_WINDOW_S, sample=jvm.sample, clock=jvm.clock)
     for _ in range(3 * JIT_WINDOW_S):
         jvm.tick()
         until()
