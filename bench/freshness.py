@@ -219,7 +219,7 @@ def _steady(
 ) -> dict[str, Any]:
     """Commit ``rate`` updates a second for ``seconds`` (or until ``until()``, asked each second), in ten
     statements a second, and a marker each second."""
-    say(f"{rate:,} changes/s for {seconds:.0f}s" + (" at most" if until else "") + " ...")
+    say(f"{rate:,} changes/s for {seconds:.0f}s" + (" at most" if until is not None else "") + " ...")
     before, kafka_before = daemon_report.scrape(port), _topic_end(topic)
     first_mark, written, low = max(marks.at) + 1, 0, 1
     per_tick = max(1, rate // 10)
