@@ -22,7 +22,10 @@ For each sink (Elasticsearch, Redis, Delta):
   (Elasticsearch bulk, a Redis pipeline of HSETs, one Delta append), no
   versions, no Kafka, no Spark batches.
 
-The ratios compare each path with the ceiling. Not a pass/fail test.
+The ratios compare each path with the ceiling. Each catch-up and raw write
+also gets its CPU per change across the stack and the machine's bound at that
+cost (``bench.cpu.budget``): a bound below the goal means the follower must
+spend less CPU per change, not wait less. Not a pass/fail test.
 Usage: python -m bench [--rows N] [--runs 3] [--sinks search,cache,warehouse] [--json]
 """
 
@@ -159,6 +162,20 @@ def main(argv: list[str] | None = None) -> int:
                     for r in results[name]["catch_up_runs"]
                 )
             )
+        print(
+            "CPU per change of each catch-up (us, every part of the stack), the machine's share busy, and the ratio"
+            " it could reach with every core busy at that cost (bound / raw ceiling):"
+        )
+        for name in (f["name"] for f in followers):
+            print(
+                f"  {name:<10} "
+                + ";  ".join(
+                    f"{r['catch_up_cpu']['us_total']} us, busy {r['catch_up_cpu']['busy']}, "
+                    f"bound {r['catch_up_bound_ratio']}"
+                    for r in results[name]["catch_up_runs"]
+                )
+                + f"  (raw: {results[name]['raw_cpu']['us_total']} us per document)"
+            )
     return 0
 
 
@@ -214,9 +231,14 @@ def _catch_up(spark: Any, config: Any, cfg: Any, topic: str, tmp: Path, tag: str
         "raw_cpu_cores": raw_used,
     }
     run["catch_up_ratio"] = round(run["catch_up_changes_per_s"] / run["raw_ceiling_docs_per_s"], 2)
+    run["catch_up_cpu"] = cpu.budget(used, total_s, records)  # start-up included: a catch-up pays it too
+    run["raw_cpu"] = cpu.budget(raw_used, raw_s, len(docs))
+    run["catch_up_bound_ratio"] = round(run["catch_up_cpu"]["bound_per_s"] / run["raw_ceiling_docs_per_s"], 2)
     say(f"[{cfg.name}] catch-up {run['catch_up_changes_per_s']:,}/s  raw {run['raw_ceiling_docs_per_s']:,}/s")
     say(f"[{cfg.name}] cpu (cores), catch-up incl. start-up: {cpu.summary(used)}")
+    say(f"[{cfg.name}] {cpu.budget_line(run['catch_up_cpu'], 'change')} ({run['catch_up_bound_ratio']} of raw)")
     say(f"[{cfg.name}] cpu (cores), raw: {cpu.summary(raw_used)}")
+    say(f"[{cfg.name}] raw: {cpu.budget_line(run['raw_cpu'], 'document')}")
     return run, follower
 
 

@@ -13,7 +13,9 @@ Measured in one run, on one table of N rows (default 1M) in Postgres, per sink:
   of the table read back from its topic, versioned writes into a staged
   store, the publish.
 
-rows/s = N / wall time of each, and the ratio to the ceiling. Not a pass/fail test.
+rows/s = N / wall time of each, and the ratio to the ceiling. Each also gets its
+CPU per row across the stack and the ratio it could reach with every core busy
+at that cost (``bench.cpu.budget``). Not a pass/fail test.
 Usage: python -m bench.bootstrap [--rows N] [--sinks search,cache] [--origins source,topics] [--json]
 """
 
@@ -103,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
                 "ceiling_s": round(ceiling_s, 1),
                 "ceiling_cpu_cores": cpu.cores(before, cpu.sample()),
             }
+            entry["ceiling_cpu"] = cpu.budget(entry["ceiling_cpu_cores"], ceiling_s, args.rows)
             say(f"[{sink}] ceiling: {entry['ceiling_rows_per_s']:,} rows/s; cpu (cores): "
                 f"{cpu.summary(entry['ceiling_cpu_cores'])}")  # fmt: skip
+            say(f"[{sink}] ceiling: {cpu.budget_line(entry['ceiling_cpu'], 'row')}")
             for origin in origins:
                 cfg = next(f for f in config.followers if f.name == f"{sink}_{origin}")
                 say(f"[{sink}] bootstrap --from {origin} ...")
@@ -127,8 +131,12 @@ def main(argv: list[str] | None = None) -> int:
                     "cpu_cores": cpu.cores(before, cpu.sample()),
                 }
                 done = entry[origin]
+                done["cpu"] = cpu.budget(done["cpu_cores"], seconds, args.rows)
+                done["bound_ratio"] = round(done["cpu"]["bound_per_s"] / entry["ceiling_rows_per_s"], 2)
                 say(f"[{sink}] --from {origin}: {done['rows_per_s']:,} rows/s, {done['seconds']} s, "
                     f"ratio {done['ratio']}; cpu (cores): {cpu.summary(done['cpu_cores'])}")  # fmt: skip
+                say(f"[{sink}] --from {origin}: {cpu.budget_line(done['cpu'], 'row')} ({done['bound_ratio']} of the "
+                    "ceiling)")  # fmt: skip
             results[sink] = entry
         spark.stop()
     finally:
@@ -145,6 +153,14 @@ def main(argv: list[str] | None = None) -> int:
         e = results[sink]
         cells = " ".join(f"{e[o]['rows_per_s']:>22,} {e[o]['ratio']:>6}" for o in origins)
         print(f"{sink:<8} {e['ceiling_rows_per_s']:>15,} {cells}")
+    print("CPU per row (us, every part of the stack), the machine's share busy, and the ratio at every core busy:")
+    for sink in sinks:
+        e = results[sink]
+        cells = ";  ".join(
+            f"--from {o} {e[o]['cpu']['us_total']} us, busy {e[o]['cpu']['busy']}, bound {e[o]['bound_ratio']}"
+            for o in origins
+        )
+        print(f"{sink:<8} ceiling {e['ceiling_cpu']['us_total']} us, busy {e['ceiling_cpu']['busy']};  {cells}")
     return 0
 
 

@@ -5,6 +5,9 @@ command line (``PARTS``; the bench's own process is ``bench``); the Spark
 JVM's threads are also split by name (``THREADS``: the JIT compilers, the
 tasks, the garbage collector, the rest). ``cores(before, after)`` is the
 difference in cores: 1.0 is one core busy for the whole window.
+``budget`` turns those cores into CPU per change (or row) and the most this
+machine could do at that cost, which tells a goal out of reach by waits
+(the machine was idle part of the time) from one out of reach by CPU.
 ``JitSettled`` tells when the JVM's JIT compilers have quietened after its
 start (``bench.freshness``'s warm-up).
 """
@@ -17,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 PROC = Path("/proc")
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -93,6 +97,38 @@ def summary(used: dict[str, float]) -> str:
             continue
         parts.append(f"{name} {value}" + (f" ({', '.join(threads)})" if name == "spark jvm" and threads else ""))
     return ", ".join(parts)
+
+
+def budget(used: dict[str, float], seconds: float, units: int, machine: int | None = None) -> dict[str, Any]:
+    """What ``units`` (changes, rows) cost the machine over a phase of ``seconds`` in which each part used ``used``.
+
+    ``us_per_unit``: microseconds of CPU per unit, per part of the stack
+    (``other`` processes and the Spark JVM's thread kinds left out: they are
+    not the stack, or already in its JVM). ``busy``: the share of the
+    machine's ``machine`` cores every process used. ``bound_per_s``: units/s
+    with every core busy at that CPU per unit; the phase's own rate is
+    ``bound_per_s * busy`` when nothing else ran. A goal above the bound needs
+    less CPU per unit; one below it needs fewer waits.
+    """
+    cores = machine or os.cpu_count() or 1
+    stack = {k: v for k, v in used.items() if k != "other" and not k.startswith("spark jvm: ")}
+    per_unit = {k: round(v * seconds / units * 1e6, 1) for k, v in stack.items()}
+    total_us = sum(stack.values()) * seconds / units * 1e6
+    return {
+        "us_per_unit": per_unit,
+        "us_total": round(total_us, 1),
+        "busy": round(sum(v for k, v in used.items() if not k.startswith("spark jvm: ")) / cores, 2),
+        "bound_per_s": round(cores / total_us * 1e6) if total_us else 0,
+    }
+
+
+def budget_line(figures: dict[str, Any], unit: str) -> str:
+    """``cpu per change (us): python workers 23.1, redis 11.0; 34.1 in all; machine busy 0.86; bound 58,651/s``."""
+    parts = ", ".join(f"{k} {v}" for k, v in figures["us_per_unit"].items())
+    return (
+        f"cpu per {unit} (us): {parts}; {figures['us_total']} in all; machine busy {figures['busy']}; "
+        f"bound {figures['bound_per_s']:,}/s"
+    )
 
 
 class JitSettled:

@@ -45,6 +45,9 @@ batch's start to the next.
 
 **CPU.** Per phase, the cores each part of the stack used (``bench.cpu``,
 from ``/proc``), the Spark JVM's split by thread: JIT compilers, tasks, GC.
+For the burst, also the CPU per change of capture and the three followers
+together, and the rate the machine could reach with every core busy at that
+cost (``bench.cpu.budget``), as a ratio to capture alone.
 
 **Throughput.** Per phase: the rate written to Postgres, the rate that
 reached Kafka (capture), and each follower's ``cdcsync_changes_applied_total``
@@ -184,8 +187,11 @@ def main(argv: list[str] | None = None) -> int:
             results["phases"].append(phase)
         if args.burst:
             cpu_before = cpu.sample()
-            results["burst"] = _burst(pg, table, args.burst, args.rows, marks, pollers, topic, config)
-            results["burst"]["cpu_cores"] = cpu.cores(cpu_before, cpu.sample())
+            burst = results["burst"] = _burst(pg, table, args.burst, args.rows, marks, pollers, topic, config)
+            burst["cpu_cores"] = cpu.cores(cpu_before, cpu.sample())
+            # Capture and the three followers together: what the burst's changes cost the machine.
+            burst["cpu"] = cpu.budget(burst["cpu_cores"], burst["seconds"], burst["changes"])
+            burst["bound_ratio_to_capture"] = round(burst["cpu"]["bound_per_s"] / burst["capture_per_s"], 2)
             stop_daemon(daemon)  # the raw writers get the cores the daemon had
             start, end = results["burst"].pop("window")
             results["burst"]["raw"] = raw.ceilings(config_path, ["search", "cache", "warehouse"], topic, start, end)
@@ -293,6 +299,7 @@ def _burst(
         "written_per_s": round(changes / written_s),
         "capture_per_s": round(changes / in_kafka),
         "all_three_per_s": round(changes / max(visible.values())),
+        "seconds": round(max(visible.values()), 1),
     }
     out |= {f"{name}_per_s": round(changes / s) for name, s in visible.items()}
     out["ratio_to_capture"] = round(out["all_three_per_s"] / out["capture_per_s"], 2)
@@ -365,6 +372,8 @@ def _print(results: dict[str, Any]) -> None:
             f"cache {b['cache_per_s']:,}/s, warehouse {b['warehouse_per_s']:,}/s"
         )
         print(f"        cpu (cores): {cpu.summary(b['cpu_cores'])}")
+        print(f"        {cpu.budget_line(b['cpu'], 'change')}, capture and followers together "
+              f"({b['bound_ratio_to_capture']} of capture alone)")  # fmt: skip
         r = b["raw"]
         print(
             f"        raw ceilings, the same changes: alone search {r['search_alone_per_s']:,}/s, "
