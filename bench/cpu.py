@@ -45,9 +45,12 @@ THREADS = (
 Sample = dict[str, float]
 
 
+SPAWNED = re.compile(r"from multiprocessing\.(spawn|forkserver) import")  # a bootstrap's replay processes
+
+
 def part_of(cmdline: str, pid: int = 0) -> str:
     """The part of the stack a process is, by its NUL-separated command line; ``other`` if none."""
-    if pid == os.getpid():
+    if pid == os.getpid() or SPAWNED.search(cmdline.replace("\0", " ")):
         return "bench"
     text = cmdline.replace("\0", " ").strip()
     return next((name for name, pattern in PARTS if pattern.search(text)), "other")
@@ -57,10 +60,15 @@ def thread_of(name: str) -> str:
     return "spark jvm: " + next((part for part, pattern in THREADS if pattern.search(name)), "other")
 
 
-def _ticks(stat: str) -> tuple[str, int]:
-    """(comm, utime + stime) from a ``/proc/.../stat`` line (comm may hold spaces and parentheses)."""
+def _ticks(stat: str, children: bool = False) -> tuple[str, int]:
+    """(comm, utime + stime) from a ``/proc/.../stat`` line (comm may hold spaces and parentheses).
+
+    ``children``: plus cutime + cstime, the time of the children it has
+    reaped (the bench's: a bootstrap's replay processes, gone by the phase's end).
+    """
     fields = stat[stat.rindex(")") + 2 :].split()
-    return stat[stat.index("(") + 1 : stat.rindex(")")], int(fields[11]) + int(fields[12])
+    reaped = int(fields[13]) + int(fields[14]) if children else 0
+    return stat[stat.index("(") + 1 : stat.rindex(")")], int(fields[11]) + int(fields[12]) + reaped
 
 
 def sample() -> Sample:
@@ -71,7 +79,7 @@ def sample() -> Sample:
             continue
         try:
             part = part_of((entry / "cmdline").read_text(errors="replace"), int(entry.name))
-            out[part] += _ticks((entry / "stat").read_text())[1] / TICKS
+            out[part] += _ticks((entry / "stat").read_text(), children=int(entry.name) == os.getpid())[1] / TICKS
             if part == "spark jvm":
                 for task in (entry / "task").iterdir():
                     comm, ticks = _ticks((task / "stat").read_text())

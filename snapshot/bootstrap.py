@@ -183,7 +183,8 @@ def replay(
 ) -> None:
     """Apply every record of each partition in ``ends`` from ``starts`` up to its end (``read_window``).
 
-    Records go through ``follower.process``: REPLAY_CALL_RECORDS per call
+    A long stretch into Elasticsearch or Redis goes to several processes
+    (``snapshot.parallel``). Otherwise records go through ``follower.process``: REPLAY_CALL_RECORDS per call
     into a sink that writes in chunks, whose writes then overlap with reading
     and parsing the next ones; BATCH_ROWS per call into one that writes a
     call whole (Delta: one MERGE, held in memory). ``summary`` accumulates
@@ -200,6 +201,11 @@ def replay(
         if progress:
             progress(done, total, time.monotonic() - started)
 
+    from cdcsync.snapshot import parallel  # it reads the log with this module's functions
+
+    if parallel.shared(follower, starts, ends):
+        parallel.replay_shared(config, follower, starts, ends, summary, handed)
+        return
     reader = consumer(config, f"replay-{follower.name}")
     try:
         for records in runs(read_window(reader, starts, ends), per_call, handed):

@@ -83,7 +83,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from cdcsync.events import Change
@@ -158,6 +158,23 @@ class Sink(Protocol):
     def publish(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SharedFill(Protocol):
+    """A sink whose writes several processes can share: each writes where this one writes now.
+
+    Only sinks whose apply rule does not depend on the order of writes
+    (``sync.executors.ORDER_FREE_KINDS``); ``snapshot.parallel`` uses it.
+    """
+
+    def generation(self) -> dict[str, Any]:
+        """Where ``write`` goes now (a staged generation, or the live one), as plain data another process takes."""
+        ...
+
+    def write_into(self, generation: dict[str, Any]) -> None:
+        """Write where ``generation`` (another instance's ``generation()``) says, from now on."""
+        ...
 
 
 def redact_url(url: str) -> str:

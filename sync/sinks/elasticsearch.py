@@ -343,6 +343,13 @@ class ElasticsearchSink:
         self._create(physical, props, fill=True)
         return physical
 
+    def generation(self) -> dict[str, Any]:
+        """The staged index of each target being filled (none: the aliases), for ``write_into`` elsewhere."""
+        return {"staged": dict(self._staged)}
+
+    def write_into(self, generation: dict[str, Any]) -> None:
+        self._staged = dict(generation["staged"])
+
     def _generations(self, alias: str) -> dict[str, int]:
         """Every physical index of the alias's layout, ``<alias>-NNNNNN`` -> N (other targets' never match)."""
         found = self._client.indices.get(index=f"{alias}-*", expand_wildcards="open,closed", allow_no_indices=True)

@@ -249,6 +249,13 @@ class RedisSink:
         self._space = f"{self.prefix}~{time.time_ns():x}"
         self._staged = targets
 
+    def generation(self) -> dict[str, Any]:
+        """The key space ``write`` fills (the staged generation's or the prefix) and the staged targets."""
+        return {"space": self._space, "staged": list(self._staged)}
+
+    def write_into(self, generation: dict[str, Any]) -> None:
+        self._space, self._staged = generation["space"], list(generation["staged"])
+
     def publish(self) -> None:
         """Make the live keys the staged generation plus the follower's writes since the stage (module docstring)."""
         staged, live = self._space, self.prefix

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from cdcsync.errors import FatalError
+from cdcsync.snapshot import parallel
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
 from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_file, start_query
 from tests.integration.followers import numbered_table, scenario, writing
@@ -29,8 +30,23 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
-def test_bootstrap_under_writes_then_stream_from_the_recorded_offsets(spark: Any, tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(("kind", "processes"), [("postgres", 1), ("mariadb", 1), ("postgres", 2)])
+def test_bootstrap_under_writes_then_stream_from_the_recorded_offsets(
+    spark: Any, tmp_path: Path, kind: str, processes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``processes=2``: Elasticsearch and Redis replay the log in two processes (``snapshot.parallel``), slices of
+    1,000 offsets; the warehouse in one (its MERGEs need the log's order)."""
+    shared: list[str] = []
+    if processes > 1:
+        replay_shared = parallel.replay_shared
+        monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
+        monkeypatch.setattr(parallel, "SLICE_RECORDS", 1000)
+        monkeypatch.setattr(parallel, "PROCESSES", processes)
+        monkeypatch.setattr(
+            parallel,
+            "replay_shared",
+            lambda config, follower, *a: (shared.append(follower.name), replay_shared(config, follower, *a)),
+        )
     t = f"boot_{uid()}"
     namespace = "public" if kind == "postgres" else "inventory"
     with scenario(spark, tmp_path, {kind: [f"{namespace}.{t}"]}, numbered_table(t, 3000, kind)) as sc:
@@ -61,6 +77,9 @@ def test_bootstrap_under_writes_then_stream_from_the_recorded_offsets(spark: Any
                     bootstrap_from_topics(sc.config, cfg, follower, checkpoint_dir(sc.config, cfg), base_dir(sc.config))
         sc.run_once()
         sc.assert_converged()
+    if processes > 1:
+        kinds = {cfg.name: cfg.kind for cfg in sc.config.followers}
+        assert sorted(shared) == sorted(n for n, k in kinds.items() if k in ("elasticsearch", "redis"))
 
 
 def test_bootstrap_command_json_summary_and_a_rerun_before_streaming(spark: Any, tmp_path: Path) -> None:

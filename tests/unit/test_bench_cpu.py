@@ -21,6 +21,9 @@ def test_processes_are_named_by_their_command_lines() -> None:
         "/usr/sbin/mariadbd\0--defaults-file=/s/my.cnf": "mariadb",
         "/usr/bin/redis-server 127.0.0.1:16379": "redis",
         "sleep\0100": "other",
+        # a bootstrap's replay processes (snapshot.parallel), spawned by the bench
+        "/v/bin/python\0-c\0from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)\0"
+        "--multiprocessing-fork": "bench",
     }
     assert {line: cpu.part_of(line, pid=1) for line in named} == named
     assert cpu.part_of("anything", pid=os.getpid()) == "bench"
@@ -36,6 +39,13 @@ def test_spark_threads_are_split_by_kind() -> None:
 def test_a_stat_line_whose_name_holds_spaces_and_parentheses_is_read() -> None:
     stat = "42 (C2 Compiler) (x)) S 1 1 1 0 -1 4194560 0 0 0 0 250 50 0 0 20 0 1 0 100 0 0"
     assert cpu._ticks(stat) == ("C2 Compiler) (x)", 300)
+
+
+def test_the_bench_counts_the_children_it_reaped() -> None:
+    # utime 250, stime 50, cutime 30, cstime 20: a replay process that ended in the phase still counts
+    stat = "42 (python) S 1 1 1 0 -1 4194560 0 0 0 0 250 50 30 20 20 0 1 0 100 0 0"
+    assert cpu._ticks(stat) == ("python", 300)
+    assert cpu._ticks(stat, children=True) == ("python", 350)
 
 
 def test_cores_are_the_difference_over_the_window_busiest_first() -> None:
