@@ -13,30 +13,34 @@ writing where the caller's sink writes (the staged generation, or the live
 one after a reindex's publish).
 
 The processes are spawned, not forked: none inherits the caller's threads,
-Kafka clients or Spark gateway. Each slice's counts come back to the caller,
-which adds them up (they must add up, as in one process) and shows progress
-per slice. A process that meets a table whose shape changed learns it from
+Kafka clients or Spark gateway. A process killed mid-slice fails the replay
+(``FatalError``), and so does any error of a slice, with its own message.
+Each slice's counts come back to the caller, which adds them up (they must
+add up, as in one process) and shows progress per slice. A process that meets a table whose shape changed learns it from
 the catalog itself, as one process would; the caller then takes, per topic,
 the shape learned in the latest slice, so what it remembers for the new store
-is the log's last shape. A failing slice fails the replay with its error; the
-caller's bootstrap or reindex then stops as it would in one process.
+is the log's last shape. The caller's bootstrap or reindex stops on a
+failed replay as it would in one process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import TopicPartition
 
+from cdcsync.config import Config
+from cdcsync.errors import FatalError
 from cdcsync.sync.follower import BatchCounts, Follower
+from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import SharedFill
 
 if TYPE_CHECKING:
-    from cdcsync.config import Config
     from cdcsync.snapshot.bootstrap import Summary
-    from cdcsync.sync.mapping import TableMapping
 
 PROCESSES = 2  # two cores: a third process measured no faster (docs/performance.md)
 SLICE_RECORDS = 100_000  # offsets per slice: progress per slice, and the work spread evenly
@@ -81,42 +85,65 @@ def replay_shared(
     assert isinstance(sink, SharedFill)  # shared() chose this path
     pieces = slices(starts, ends, SLICE_RECORDS, PROCESSES)
     learned: dict[str, tuple[int, TableMapping]] = {}  # topic -> (start of the slice that saw it, its shape)
+    setup = Setup(config, follower.name, dict(follower.mappings), sink.generation())
+    # A process killed mid-slice (out of memory) breaks the pool and fails the replay: multiprocessing.Pool
+    # would wait for its slice for ever. Errors come back with their slice (no initializer: its errors are lost).
     context = multiprocessing.get_context("spawn")
-    setup = (config, follower.name, dict(follower.mappings), sink.generation())
-    with context.Pool(min(PROCESSES, len(pieces)), initializer=_start, initargs=setup) as pool:
-        for piece, counts, mapping in pool.imap_unordered(_apply, pieces):
-            summary.add(counts)
-            handed(counts.consumed)
-            topic, start = piece[0], piece[2]
-            if mapping != follower.mappings[topic] and start >= learned.get(topic, (-1, mapping))[0]:
-                learned[topic] = (start, mapping)
+    with ProcessPoolExecutor(min(PROCESSES, len(pieces)), mp_context=context) as pool:
+        futures = [pool.submit(_apply, setup, piece) for piece in pieces]
+        try:
+            for future in as_completed(futures):
+                piece, counts, mapping = future.result()
+                summary.add(counts)
+                handed(counts.consumed)
+                topic, start = piece[0], piece[2]
+                if mapping != follower.mappings[topic] and start >= learned.get(topic, (-1, mapping))[0]:
+                    learned[topic] = (start, mapping)
+        except BrokenProcessPool as err:
+            raise FatalError(
+                f"follower {follower.name}: a replay process ended without finishing its slice ({err}); "
+                "out of memory? Run the command again"
+            ) from None
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # a failed slice stops the others at their end
     for topic, (_start_offset, mapping) in learned.items():  # the store has it already: the processes told it
         follower.mappings[topic] = mapping
 
 
-_worker: dict[str, Any] = {}  # in each process: the config and its follower, made once by _start
+class Setup(NamedTuple):
+    """What a replay process needs to build its follower (sent with each slice; the first one builds it)."""
+
+    config: Config
+    follower: str
+    mappings: dict[str, TableMapping]
+    generation: dict[str, Any]
 
 
-def _start(config: Config, name: str, mappings: dict[str, TableMapping], generation: dict[str, Any]) -> None:
+_followers: dict[str, Follower] = {}  # in each replay process: its follower, built for its first slice
+
+
+def _follower(setup: Setup) -> Follower:
     from cdcsync.sync.stream import build_follower
 
-    cfg = next(f for f in config.followers if f.name == name)
-    follower = build_follower(config, cfg, None, mappings=mappings, open_sink=False, fill=True)
-    sink = follower.sink
-    assert isinstance(sink, SharedFill)
-    sink.write_into(generation)
-    _worker.update(config=config, follower=follower)
+    if setup.follower not in _followers:
+        cfg = next(f for f in setup.config.followers if f.name == setup.follower)
+        follower = build_follower(setup.config, cfg, None, mappings=dict(setup.mappings), open_sink=False, fill=True)
+        sink = follower.sink
+        assert isinstance(sink, SharedFill)
+        sink.write_into(setup.generation)
+        _followers[setup.follower] = follower
+    return _followers[setup.follower]
 
 
-def _apply(piece: Slice) -> tuple[Slice, BatchCounts, TableMapping]:
+def _apply(setup: Setup, piece: Slice) -> tuple[Slice, BatchCounts, TableMapping]:
     """One slice through this process's follower, as ``bootstrap.replay`` applies a stretch in one process."""
     from cdcsync.snapshot.bootstrap import REPLAY_CALL_RECORDS, consumer, read_window, runs
 
     topic, partition, start, end = piece
-    follower: Follower = _worker["follower"]
+    follower = _follower(setup)
     where = TopicPartition(topic, partition)
     total = BatchCounts()
-    reader = consumer(_worker["config"], f"replay-{follower.name}")
+    reader = consumer(setup.config, f"replay-{follower.name}")
     try:
         for records in runs(read_window(reader, {where: start}, {where: end}), REPLAY_CALL_RECORDS, lambda n: None):
             total = total.merge(follower.process(0, records))

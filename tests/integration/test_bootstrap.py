@@ -6,6 +6,10 @@ The source keeps taking writes (a few hundred changes/s) throughout.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,3 +115,37 @@ def test_bootstrap_command_json_summary_and_a_rerun_before_streaming(spark: Any,
         assert rerun["applied"] == 500 + 2 and rerun["dead_lettered"] == 0  # 500 rows and two ticks
         sc.run_once("cache")
         assert not [r.as_dict() for r in sc.verify() if r.follower == "cache" and not r.clean]
+
+
+def test_a_replay_process_killed_mid_bootstrap_fails_it_loudly(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay process that dies (out of memory, killed) fails the bootstrap with an error naming the follower;
+    nothing waits for its slice for ever, and nothing is published or recorded."""
+    monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
+    monkeypatch.setattr(parallel, "SLICE_RECORDS", 500)
+    t = f"boot_{uid()}"
+    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, numbered_table(t, 3000)) as sc:
+        sc.caught_up()
+        cfg = next(c for c in sc.config.followers if c.kind == "redis")
+        follower = build_follower(sc.config, cfg, spark)
+        killed: list[int] = []
+
+        def kill_the_first_replay_process() -> None:
+            deadline = time.monotonic() + 120
+            while not killed and time.monotonic() < deadline:
+                for child in multiprocessing.active_children():
+                    os.kill(child.pid or 0, signal.SIGKILL)
+                    killed.append(child.pid or 0)
+                    break
+                time.sleep(0.01)
+
+        killer = threading.Thread(target=kill_the_first_replay_process)
+        killer.start()
+        try:
+            with pytest.raises(FatalError, match=f"follower {cfg.name}: a replay process ended"):
+                bootstrap_from_topics(sc.config, cfg, follower, checkpoint_dir(sc.config, cfg), base_dir(sc.config))
+        finally:
+            killer.join()
+        assert killed
+        assert not start_file(base_dir(sc.config), cfg.name).exists()
