@@ -52,7 +52,7 @@ Slice = tuple[str, int, int, int]  # topic, partition, first offset, end offset 
 def shared(follower: Follower, starts: dict[TopicPartition, int], ends: dict[TopicPartition, int]) -> bool:
     """Whether this stretch goes to several processes: a sink that can share its fill, and enough records."""
     records = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
-    return PROCESSES > 1 and records >= MIN_RECORDS and isinstance(follower.sink, SharedFill)
+    return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and isinstance(follower.sink, SharedFill)
 
 
 def slices(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], most: int, ways: int) -> list[Slice]:

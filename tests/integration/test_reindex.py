@@ -19,7 +19,7 @@ import pytest
 import redis
 from elasticsearch import Elasticsearch
 
-from cdcsync.snapshot import bootstrap
+from cdcsync.snapshot import bootstrap, parallel
 from cdcsync.snapshot.reindex import reindex
 from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_query
 from tests.integration.followers import Scenario, numbered_table, scenario, writing
@@ -108,7 +108,20 @@ def reading(probe: Callable[[], int]) -> Iterator[Observed]:
         reader.join()
 
 
-def test_elasticsearch_reindex_swaps_the_alias_without_readers_seeing_a_gap(spark: Any, tmp_path: Path) -> None:
+def in_processes(monkeypatch: pytest.MonkeyPatch, processes: int) -> None:
+    """Every replay of the reindex (the fill, and the catch-up into the live store after the publish) in
+    ``processes`` processes (``snapshot.parallel``), in slices of 500 offsets, however short it is."""
+    if processes > 1:
+        monkeypatch.setattr(parallel, "PROCESSES", processes)
+        monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
+        monkeypatch.setattr(parallel, "SLICE_RECORDS", 500)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_elasticsearch_reindex_swaps_the_alias_without_readers_seeing_a_gap(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, processes: int
+) -> None:
+    in_processes(monkeypatch, processes)
     with table_scenario(spark, tmp_path) as (sc, t):
         cfg = sc.config.follower("search")
         es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
@@ -160,9 +173,11 @@ def changes_after_publish(monkeypatch: pytest.MonkeyPatch, sc: Scenario) -> None
     monkeypatch.setattr(module, "publish", then_wait)
 
 
+@pytest.mark.parametrize("processes", [1, 2])
 def test_redis_reindex_keeps_every_key_readable_and_leaves_no_staged_keys(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, processes: int
 ) -> None:
+    in_processes(monkeypatch, processes)
     with table_scenario(spark, tmp_path) as (sc, t):
         cfg = sc.config.follower("cache")
         changes_after_publish(monkeypatch, sc)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 from confluent_kafka import TopicPartition
 
+from cdcsync.snapshot import parallel
 from cdcsync.snapshot.parallel import slices
+from cdcsync.sync.sinks.redis import RedisSink
 
 
 def covered(pieces: list[tuple[str, int, int, int]]) -> dict[tuple[str, int], list[int]]:
@@ -31,3 +36,18 @@ def test_pieces_of_one_size_in_a_number_the_processes_share_evenly() -> None:
 
 def test_an_empty_partition_has_no_piece() -> None:
     assert slices({TopicPartition("t", 0): 5}, {TopicPartition("t", 0): 5}, most=10, ways=2) == []
+
+
+def test_only_a_long_stretch_into_a_sink_that_shares_its_fill_goes_to_several_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    redis_follower = SimpleNamespace(sink=RedisSink("cache", "redis://127.0.0.1:1/0"))  # no connection is made
+    other = SimpleNamespace(sink=object())  # a sink without generation/write_into (the warehouse's)
+    long = {TopicPartition("t", 0): parallel.MIN_RECORDS}
+    assert parallel.shared(redis_follower, {}, long)  # type: ignore[arg-type]
+    assert not parallel.shared(other, {}, long)  # type: ignore[arg-type]
+    assert not parallel.shared(redis_follower, {TopicPartition("t", 0): 1}, long)  # type: ignore[arg-type]
+    monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
+    assert not parallel.shared(redis_follower, {}, {TopicPartition("t", 0): 0})  # type: ignore[arg-type]
+    monkeypatch.setattr(parallel, "PROCESSES", 1)
+    assert not parallel.shared(redis_follower, {}, long)  # type: ignore[arg-type]
