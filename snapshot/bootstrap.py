@@ -206,10 +206,24 @@ def replay(
     if parallel.shared(follower, starts, ends):
         parallel.replay_shared(config, follower, starts, ends, summary, handed)
         return
+    for counts in replay_here(config, follower, starts, ends, per_call, handed, first_batch=summary.batches):
+        summary.add(counts)
+
+
+def replay_here(
+    config: Config,
+    follower: Follower,
+    starts: Offsets,
+    ends: Offsets,
+    per_call: int,
+    handed: Callable[[int], None],
+    first_batch: int = 0,
+) -> Iterator[BatchCounts]:
+    """The stretch's records through ``follower.process`` in this process, ``per_call`` a call: each call's counts."""
     reader = consumer(config, f"replay-{follower.name}")
     try:
-        for records in runs(read_window(reader, starts, ends), per_call, handed):
-            summary.add(follower.process(summary.batches, records))
+        for batch, records in enumerate(runs(read_window(reader, starts, ends), per_call, handed), first_batch):
+            yield follower.process(batch, records)
     finally:
         reader.close()
 

@@ -137,16 +137,15 @@ def _follower(setup: Setup) -> Follower:
 
 def _apply(setup: Setup, piece: Slice) -> tuple[Slice, BatchCounts, TableMapping]:
     """One slice through this process's follower, as ``bootstrap.replay`` applies a stretch in one process."""
-    from cdcsync.snapshot.bootstrap import REPLAY_CALL_RECORDS, consumer, read_window, runs
+    from cdcsync.snapshot.bootstrap import REPLAY_CALL_RECORDS, replay_here
 
     topic, partition, start, end = piece
     follower = _follower(setup)
-    where = TopicPartition(topic, partition)
-    total = BatchCounts()
-    reader = consumer(setup.config, f"replay-{follower.name}")
-    try:
-        for records in runs(read_window(reader, {where: start}, {where: end}), REPLAY_CALL_RECORDS, lambda n: None):
-            total = total.merge(follower.process(0, records))
-    finally:
-        reader.close()
+    where, total = TopicPartition(topic, partition), BatchCounts()
+    for counts in replay_here(setup.config, follower, {where: start}, {where: end}, REPLAY_CALL_RECORDS, print_nothing):
+        total = total.merge(counts)
     return piece, total, follower.mappings[topic]
+
+
+def print_nothing(records: int) -> None:
+    """A slice's progress: the caller shows it per slice, from the counts."""
