@@ -1,4 +1,8 @@
-"""Replay a long stretch of the log in several processes, for sinks whose apply rule ignores the order of writes.
+"""Fill a store in several processes, for sinks whose apply rule ignores the order of writes.
+
+Two users: a long replay of the log (below), and a large table read from the
+source (``snapshot.source``: each JDBC piece is mapped and written in one of
+the ``Processes``).
 
 ``bootstrap --from topics`` and ``reindex`` parse, version and map every
 record in Python, and one process does all of it under one GIL: at 300k
@@ -26,9 +30,10 @@ failed replay as it would in one process.
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import TopicPartition
@@ -51,7 +56,11 @@ Slice = tuple[str, int, int, int]  # topic, partition, first offset, end offset 
 
 def shared(follower: Follower, starts: dict[TopicPartition, int], ends: dict[TopicPartition, int]) -> bool:
     """Whether this stretch goes to several processes: a sink that can share its fill, and enough records."""
-    records = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
+    return shares(follower, sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items()))
+
+
+def shares(follower: Follower, records: int) -> bool:
+    """Whether ``records`` records (or rows) into this follower go to several processes."""
     return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and isinstance(follower.sink, SharedFill)
 
 
@@ -81,33 +90,68 @@ def replay_shared(
     handed: Callable[[int], None],
 ) -> None:
     """Apply every record of the stretch in ``PROCESSES`` processes; ``summary`` gets each slice's counts."""
-    sink = follower.sink
-    assert isinstance(sink, SharedFill)  # shared() chose this path
     pieces = slices(starts, ends, SLICE_RECORDS, PROCESSES)
     learned: dict[str, tuple[int, TableMapping]] = {}  # topic -> (start of the slice that saw it, its shape)
-    setup = Setup(config, follower.name, dict(follower.mappings), sink.generation())
-    # A process killed mid-slice (out of memory) breaks the pool and fails the replay: multiprocessing.Pool
-    # would wait for its slice for ever. Errors come back with their slice (no initializer: its errors are lost).
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(PROCESSES, len(pieces)), mp_context=context) as pool:
-        futures = [pool.submit(_apply, setup, piece) for piece in pieces]
-        try:
-            for future in as_completed(futures):
-                piece, counts, mapping = future.result()
-                summary.add(counts)
-                handed(counts.consumed)
-                topic, start = piece[0], piece[2]
-                if mapping != follower.mappings[topic] and start >= learned.get(topic, (-1, mapping))[0]:
-                    learned[topic] = (start, mapping)
-        except BrokenProcessPool as err:
-            raise FatalError(
-                f"follower {follower.name}: a replay process ended without finishing its slice ({err}); "
-                "out of memory? Run the command again"
-            ) from None
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)  # a failed slice stops the others at their end
+    with Processes(config, follower, len(pieces)) as processes:
+        for future in as_completed([processes.submit(_apply, piece) for piece in pieces]):
+            piece, counts, mapping = processes.result(future)
+            summary.add(counts)
+            handed(counts.consumed)
+            topic, start = piece[0], piece[2]
+            if mapping != follower.mappings[topic] and start >= learned.get(topic, (-1, mapping))[0]:
+                learned[topic] = (start, mapping)
     for topic, (_start_offset, mapping) in learned.items():  # the store has it already: the processes told it
         follower.mappings[topic] = mapping
+
+
+class Processes:
+    """Up to ``PROCESSES`` spawned processes, each with a follower writing where the caller's follower's sink writes.
+
+    ``submit(fn, *args)`` runs ``fn(setup, *args)`` in one of them (``fn``
+    takes its follower from ``follower_of(setup)``); ``result`` waits for one
+    such call. A process killed mid-call (out of memory) breaks the pool, and
+    ``submit`` or ``result`` raises a ``FatalError`` naming the follower: ``multiprocessing.Pool``
+    would wait for its call for ever. An error of a call comes back with it
+    (no initializer: its errors are lost). Leaving the block waits for the
+    calls running and cancels the rest.
+    """
+
+    def __init__(self, config: Config, follower: Follower, calls: int) -> None:
+        sink = follower.sink
+        assert isinstance(sink, SharedFill)  # the caller chose this path for such a sink
+        self.name = follower.name
+        self.setup = Setup(config, follower.name, dict(follower.mappings), sink.generation())
+        self.ways = max(1, min(PROCESSES, calls))
+        self._pool = ProcessPoolExecutor(self.ways, mp_context=multiprocessing.get_context("spawn"))
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        with self._loud():
+            return self._pool.submit(fn, self.setup, *args)
+
+    def warm(self) -> None:
+        """Start every process and build its follower now, before the first call needs it."""
+        for _ in range(self.ways):  # a call builds it in ~1 s, so the next call goes to the next process
+            self.submit(_ready)  # an error here comes back again with the first real call
+
+    def result(self, future: Future[Any]) -> Any:
+        with self._loud():
+            return future.result()
+
+    @contextmanager
+    def _loud(self) -> Iterator[None]:
+        try:
+            yield
+        except BrokenProcessPool as err:
+            raise FatalError(
+                f"follower {self.name}: a replay process ended without finishing its work ({err}); "
+                "out of memory? Run the command again"
+            ) from None
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)  # a failed call stops the others at their end
 
 
 class Setup(NamedTuple):
@@ -122,7 +166,8 @@ class Setup(NamedTuple):
 _followers: dict[str, Follower] = {}  # in each replay process: its follower, built for its first slice
 
 
-def _follower(setup: Setup) -> Follower:
+def follower_of(setup: Setup) -> Follower:
+    """This process's follower for ``setup``, built by its first call."""
     from cdcsync.sync.stream import build_follower
 
     if setup.follower not in _followers:
@@ -135,12 +180,16 @@ def _follower(setup: Setup) -> Follower:
     return _followers[setup.follower]
 
 
+def _ready(setup: Setup) -> None:
+    follower_of(setup)
+
+
 def _apply(setup: Setup, piece: Slice) -> tuple[Slice, BatchCounts, TableMapping]:
     """One slice through this process's follower, as ``bootstrap.replay`` applies a stretch in one process."""
     from cdcsync.snapshot.bootstrap import REPLAY_CALL_RECORDS, replay_here
 
     topic, partition, start, end = piece
-    follower = _follower(setup)
+    follower = follower_of(setup)
     where, total = TopicPartition(topic, partition), BatchCounts()
     for counts in replay_here(setup.config, follower, {where: start}, {where: end}, REPLAY_CALL_RECORDS, print_nothing):
         total = total.merge(counts)

@@ -30,6 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,7 @@ from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.errors import FatalError
 from cdcsync.events import Change, PoisonRecord, parse_record
-from cdcsync.snapshot import jdbc
+from cdcsync.snapshot import jdbc, parallel
 from cdcsync.snapshot.bootstrap import (
     BATCH_ROWS,
     Summary,
@@ -52,7 +53,7 @@ from cdcsync.snapshot.bootstrap import (
 from cdcsync.snapshot.bootstrap import consumer as kafka_consumer
 from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead, open_read, wait_passed
 from cdcsync.sync import rebuild
-from cdcsync.sync.follower import Follower, Record, snapshot_record
+from cdcsync.sync.follower import BatchCounts, Follower, Record, snapshot_record
 from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id
 from cdcsync.sync.sink import Row
 
@@ -74,6 +75,7 @@ class Plan:
     table: TableRef
     topic: str
     mapping: TableMapping
+    rows: int = 0  # in the read's snapshot, counted once the read is open
 
 
 def bootstrap_from_source(
@@ -121,13 +123,14 @@ def fill_from_source(
     follower.sink.stage(list(follower.mappings.values()))  # readers see nothing until publish
     try:
         for source, plans in _plans(config, cfg, follower):
-            _bootstrap_source(spark, source, plans, follower, consumer, connect, partitions, tick, on_read_open)
+            _bootstrap_source(config, spark, source, plans, follower, consumer, connect, partitions, tick, on_read_open)
     finally:
         consumer.close()
     return summary
 
 
 def _bootstrap_source(
+    config: Config,
     spark: SparkSession,
     source: SourceConfig,
     plans: list[Plan],
@@ -142,10 +145,13 @@ def _bootstrap_source(
     read = open_read(source)
     try:
         reader = ThreadPoolExecutor(max_workers=max(1, partitions), thread_name_prefix="cdcsync-bootstrap-read")
-        with reader:
+        with reader, ExitStack() as stack:
             if on_read_open:
                 on_read_open(source)
-            tick.total += sum(read.count(jdbc.qualified(source, p.table)) for p in plans)
+            for plan in plans:
+                plan.rows = read.count(jdbc.qualified(source, plan.table))
+            tick.total += sum(p.rows for p in plans)
+            processes = stack.enter_context(_processes(config, follower, plans))
             # The first table's reads start now: the read's snapshot is fixed, and a Postgres read waits below
             # for the connector to pass it (up to Connect's offset flush interval) before the first row is mapped.
 
@@ -156,7 +162,11 @@ def _bootstrap_source(
             window, last, row_version = _align(read, source, plans, follower, consumer, connect, first)
             for plan in plans:
                 reads = first_reads if plan is plans[0] else table_reads(plan)
-                _copy_table(source, plan, reads, read, row_version, follower, tick)
+                versioned = ((piece, _versions(read, piece, row_version)) for piece in reads)
+                if processes and parallel.shares(follower, plan.rows):
+                    _copy_in_processes(source.name, plan, versioned, processes, tick)
+                else:
+                    _copy_table(source.name, plan, versioned, follower, tick)
         if not isinstance(read, PostgresRead):
             wait_passed(read, connect)
             last = end_offsets(consumer, [p.topic for p in plans])
@@ -168,6 +178,21 @@ def _bootstrap_source(
         tick.add(follower.process(tick.next_batch(), window[start : start + BATCH_ROWS]))
     for tp, (_low, high) in last.items():
         tick.summary.offsets.setdefault(tp.topic, {})[str(tp.partition)] = high
+
+
+@contextmanager
+def _processes(config: Config, follower: Follower, plans: list[Plan]) -> Iterator[parallel.Processes | None]:
+    """Processes to map and write the source's large tables (``snapshot.parallel``), if it has any.
+
+    They start now (~1 s each), while a Postgres read waits for the
+    connector to pass its snapshot, so that they are ready for the first piece.
+    """
+    if not any(parallel.shares(follower, p.rows) for p in plans):
+        yield None
+        return
+    with parallel.Processes(config, follower, parallel.PROCESSES) as processes:
+        processes.warm()
+        yield processes
 
 
 def _align(
@@ -284,57 +309,119 @@ def _read_window(
     return [record for batch in read_window(consumer, starts, ends, timeout_s=300) for record in batch]
 
 
+Versions = int | dict[tuple[str, int], int]  # a Postgres read's one row version, or a MariaDB read's per position
+Chunk = tuple[list[Row], list[tuple[Record, str]]]  # rows mapped for the sink, and rows that could not be
+
+
+def _versions(read: SourceRead, piece: pa.Table, row_version: int) -> Versions:
+    """The versions of a piece's rows: a Postgres read's one, or one per binlog position a MariaDB chunk read at."""
+    if isinstance(read, PostgresRead):
+        return row_version
+    at = piece.select([MARIA_FILE, MARIA_POS]).group_by([MARIA_FILE, MARIA_POS]).aggregate([])
+    positions = zip(at.column(MARIA_FILE).to_pylist(), at.column(MARIA_POS).to_pylist(), strict=True)
+    return {(file, int(pos)): read.version(file, int(pos)) for file, pos in positions}
+
+
 def _copy_table(
-    source: SourceConfig,
-    plan: Plan,
-    reads: Iterable[pa.Table],
-    read: SourceRead,
-    row_version: int,
-    follower: Follower,
-    tick: _Ticker,
+    source: str, plan: Plan, reads: Iterable[tuple[pa.Table, Versions]], follower: Follower, tick: _Ticker
 ) -> None:
-    """Stream one table from its JDBC read to the sink, piece after piece, BATCH_ROWS rows per write.
+    """Stream one table from its JDBC read to the sink in this process, piece after piece.
 
     The table is read in pieces (key ranges or key hashes), each one JDBC
     query handed to Python as Arrow (``toArrow``: no per-row pickling on
     either side). Up to ``partitions`` pieces are read ahead (``_ReadAhead``) while this
     thread maps the current one, and the follower's ``writers`` threads each write
-    a chunk while it maps the next (so ``writers`` + 1 chunks in memory): Spark's JDBC
-    reads, this thread and the sink's server run side by side instead of
-    taking turns. Pieces and chunks hold distinct keys, so their order does
-    not matter.
+    a chunk while it maps the next (``_write``): Spark's JDBC reads, this thread
+    and the sink's server run side by side instead of taking turns. Pieces and
+    chunks hold distinct keys, so their order does not matter.
     """
+    chunks = (chunk for piece, versions in reads for chunk in _mapped(source, plan, piece, versions))
+    _write(chunks, follower, tick.next_batch, tick.add)
+
+
+def _copy_in_processes(
+    source: str,
+    plan: Plan,
+    reads: Iterable[tuple[pa.Table, Versions]],
+    processes: parallel.Processes,
+    tick: _Ticker,
+) -> None:
+    """Stream one table to a sink that shares its fill, each piece mapped and written in one of ``processes``.
+
+    One process maps every row under one GIL, and left part of the machine
+    idle (docs/performance.md, "Bootstrap from the source in several
+    processes"). This thread only hands pieces over: at most one per process
+    waits beside the ones being written, so the reads ahead stay bounded.
+    """
+    in_flight: deque[Future[BatchCounts]] = deque()
+    for piece, versions in reads:
+        in_flight.append(processes.submit(_copy_piece, source, plan, piece, versions, tick.next_batch()))
+        while len(in_flight) > parallel.PROCESSES or (in_flight and in_flight[0].done()):
+            tick.add(processes.result(in_flight.popleft()))
+    for future in in_flight:
+        tick.add(processes.result(future))
+
+
+def _copy_piece(
+    setup: parallel.Setup, source: str, plan: Plan, piece: pa.Table, versions: Versions, batch: int
+) -> BatchCounts:
+    """In a process of ``snapshot.parallel``: one piece through its follower, as ``_copy_table`` writes it."""
+    total = BatchCounts()
+
+    def add(counts: BatchCounts) -> None:
+        nonlocal total
+        total = total.merge(counts)
+
+    follower = parallel.follower_of(setup)
+    # Each process writes with the sink's ``writers``, as the daemon's tasks side by side do, not the ``fill_writers``
+    # of one process alone: 3 each (6 bulk requests at once) cost Elasticsearch more CPU per row (docs/performance.md).
+    _write(_mapped(source, plan, piece, versions), follower, lambda: batch, add, follower.sink.writers)
+    return total
+
+
+def _mapped(source: str, plan: Plan, piece: pa.Table, versions: Versions) -> Iterator[Chunk]:
+    """A piece's rows as the sink's rows, BATCH_ROWS at a time, with the rows that could not be mapped."""
     rows: list[Row] = []
     failed: list[tuple[Record, str]] = []
-    in_flight: list[Future[Any]] = []
-    writers = follower.writers
+    mapping, keys = plan.mapping, plan.mapping.key_columns
+    for data in piece.to_pylist():
+        if isinstance(versions, int):
+            version = versions
+        else:
+            version = versions[(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))]
+        key = {c: data[c] for c in keys}
+        change = Change(source, mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
+        try:
+            rows.append(Row(change, mapping.target, doc_id(key, mapping), _doc(data, plan)))
+        except PoisonRecord as err:
+            failed.append((snapshot_record(change, data), str(err)))
+        if len(rows) + len(failed) >= BATCH_ROWS:
+            yield rows, failed
+            rows, failed = [], []
+    if rows or failed:
+        yield rows, failed
+
+
+def _write(
+    chunks: Iterable[Chunk],
+    follower: Follower,
+    next_batch: Callable[[], int],
+    add: Callable[[BatchCounts], None],
+    writers: int | None = None,
+) -> None:
+    """Each chunk through ``follower.apply_rows`` on ``writers`` threads, while this thread maps the next.
+
+    ``writers`` defaults to the follower's; ``writers`` + 1 chunks are in memory.
+    """
+    in_flight: deque[Future[BatchCounts]] = deque()
+    writers = writers or follower.writers
     with ThreadPoolExecutor(max_workers=writers, thread_name_prefix="cdcsync-bootstrap-write") as writer:
-
-        def flush() -> None:
-            in_flight.append(writer.submit(follower.apply_rows, tick.next_batch(), rows, failed))
+        for rows, failed in chunks:
+            in_flight.append(writer.submit(follower.apply_rows, next_batch(), rows, failed))
             while len(in_flight) > writers or (in_flight and in_flight[0].done()):
-                tick.add(in_flight.pop(0).result())
-
-        for piece in reads:
-            for data in piece.to_pylist():
-                if isinstance(read, PostgresRead):
-                    version = row_version
-                else:
-                    version = read.version(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))
-                key = {c: data[c] for c in plan.mapping.key_columns}
-                change = Change(source.name, plan.mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
-                try:
-                    doc = _doc(data, plan)
-                    rows.append(Row(change, plan.mapping.target, doc_id(key, plan.mapping), doc))
-                except PoisonRecord as err:
-                    failed.append((snapshot_record(change, data), str(err)))
-                if len(rows) + len(failed) >= BATCH_ROWS:
-                    flush()
-                    rows, failed = [], []
-        if rows or failed:
-            flush()
+                add(in_flight.popleft().result())
         for future in in_flight:
-            tick.add(future.result())
+            add(future.result())
 
 
 def _doc(data: dict[str, Any], plan: Plan) -> dict[str, Any]:

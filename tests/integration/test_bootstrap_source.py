@@ -8,6 +8,9 @@ older row. The source takes a few hundred changes/s throughout.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 
 from cdcsync.config import SourceConfig
+from cdcsync.errors import FatalError
 from cdcsync.snapshot.source import bootstrap_from_source
 from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_file
 from tests.integration.followers import Scenario, scenario
@@ -102,8 +106,27 @@ def _bootstrap_all(sc: Scenario, spark: Any, **kwargs: Any) -> dict[str, Any]:
     return summaries
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
-def test_bootstrap_from_source_under_writes_converges(spark: Any, tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(("kind", "processes"), [("postgres", 1), ("mariadb", 1), ("postgres", 2), ("mariadb", 2)])
+def test_bootstrap_from_source_under_writes_converges(
+    spark: Any, tmp_path: Path, kind: str, processes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``processes=2``: Elasticsearch and Redis map and write the table's pieces of 250 rows in two processes
+    (``snapshot.parallel``), each piece with its read's versions; the warehouse in this one."""
+    copied: list[tuple[str, int]] = []
+    if processes > 1:
+        from cdcsync.snapshot import jdbc, parallel, source
+
+        monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
+        monkeypatch.setattr(parallel, "PROCESSES", processes)
+        monkeypatch.setattr(jdbc, "ROWS_PER_PIECE", 250)
+        copy_in_processes = source._copy_in_processes
+
+        def counted(source_name: str, plan: Any, reads: Any, processes: Any, tick: Any) -> None:
+            before = tick.summary.records
+            copy_in_processes(source_name, plan, reads, processes, tick)
+            copied.append((processes.name, tick.summary.records - before))
+
+        monkeypatch.setattr(source, "_copy_in_processes", counted)
     t = f"bsrc_{uid()}"
     with _seeded(spark, tmp_path, kind, t) as sc:
         execute(kind, f"UPDATE {t} SET v = -v WHERE id % 7 = 0", f"DELETE FROM {t} WHERE id % 11 = 0")
@@ -113,6 +136,12 @@ def test_bootstrap_from_source_under_writes_converges(spark: Any, tmp_path: Path
         assert all(s.applied >= ROWS - ROWS // 11 for s in summaries.values()), summaries
         sc.run_once()
         sc.assert_converged()
+    if processes > 1:  # the seed table went through the processes, every row of its read counted
+        kinds = {cfg.name: cfg.kind for cfg in sc.config.followers}
+        seeded = [(name, rows) for name, rows in copied if rows >= ROWS - ROWS // 11]
+        assert sorted(n for n, _rows in seeded) == sorted(
+            n for n, k in kinds.items() if k in ("elasticsearch", "redis")
+        )
 
 
 def test_a_transaction_spanning_the_snapshot_is_not_lost(spark: Any, tmp_path: Path) -> None:
@@ -187,3 +216,42 @@ def test_a_slow_store_holds_back_the_table_read(spark: Any, tmp_path: Path, monk
         sc.followers[cfg.name] = follower
         held = sc.held(cfg.name, t)
         assert len(held) == ROWS and all(int(doc["v"]) == int(i) for i, (_v, doc) in held.items())
+
+
+def test_a_copy_process_killed_mid_bootstrap_fails_it_loudly(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process writing the table's pieces that dies (out of memory, killed) fails the bootstrap with an error
+    naming the follower; nothing waits for its piece for ever, and nothing is published or recorded."""
+    from cdcsync.snapshot import jdbc, parallel
+
+    monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
+    monkeypatch.setattr(jdbc, "ROWS_PER_PIECE", 250)
+    t = f"bkill_{uid()}"
+    with _seeded(spark, tmp_path, "postgres", t) as sc:
+        cfg = next(c for c in sc.config.followers if c.kind == "elasticsearch")
+        follower = build_follower(sc.config, cfg, spark, open_sink=False)
+        killed: list[int] = []
+
+        def kill_a_copy_process() -> None:
+            deadline = time.monotonic() + 120
+            while not killed and time.monotonic() < deadline:
+                for child in multiprocessing.active_children():
+                    os.kill(child.pid or 0, signal.SIGKILL)
+                    killed.append(child.pid or 0)
+                    break
+                time.sleep(0.01)
+
+        killer = threading.Thread(target=kill_a_copy_process)
+        killer.start()
+        try:
+            with pytest.raises(FatalError, match=f"follower {cfg.name}: a replay process ended"):
+                bootstrap_from_source(
+                    sc.config, cfg, follower, spark, checkpoint_dir(sc.config, cfg), base_dir(sc.config)
+                )
+        finally:
+            killer.join()
+        assert killed
+        assert not start_file(base_dir(sc.config), cfg.name).exists()
+        reader = build_follower(sc.config, cfg, spark, open_sink=False)  # what readers see: the alias
+        assert not reader.sink.held(t)  # the staged index was never published
