@@ -113,7 +113,7 @@ class Processes:
     ``submit`` or ``result`` raises a ``FatalError`` naming the follower: ``multiprocessing.Pool``
     would wait for its call for ever. An error of a call comes back with it
     (no initializer: its errors are lost). Leaving the block waits for the
-    calls running and cancels the rest.
+    calls running and cancels the rest; leaving it on an error kills them.
     """
 
     def __init__(self, config: Config, follower: Follower, calls: int) -> None:
@@ -150,8 +150,14 @@ class Processes:
     def __enter__(self) -> Processes:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)  # a failed call stops the others at their end
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None:
+            # The work failed: stop the processes now. A process that a broken pool started while it was failing
+            # the others is never told to stop, and shutdown would wait for it for ever (a test kills a process
+            # the moment it starts). The executor has no public way to kill its processes.
+            for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                process.kill()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class Setup(NamedTuple):

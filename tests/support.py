@@ -9,7 +9,11 @@ them afterwards.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -237,3 +241,28 @@ def captured(kind: str, ddl: list[str], tables: list[str], **extra: Any) -> Iter
         drop_capture(config)
         for table in tables:
             execute(kind, f"DROP TABLE IF EXISTS {table}")
+
+
+@contextmanager
+def killing_a_child_process(timeout_s: float = 120) -> Iterator[list[int]]:
+    """SIGKILL the first child process this one starts (``multiprocessing``'s) within ``timeout_s``, as the
+    kernel's out-of-memory killer would; yields the list that receives its pid."""
+    killed: list[int] = []
+    done = threading.Event()
+
+    def kill() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not killed and not done.is_set() and time.monotonic() < deadline:
+            for child in multiprocessing.active_children():
+                os.kill(child.pid or 0, signal.SIGKILL)
+                killed.append(child.pid or 0)
+                break
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    try:
+        yield killed
+    finally:
+        done.set()  # the block ended: a killer that found nothing stops
+        killer.join()

@@ -6,10 +6,6 @@ The source keeps taking writes (a few hundred changes/s) throughout.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
-import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +18,7 @@ from cdcsync.snapshot import parallel
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
 from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_file, start_query
 from tests.integration.followers import numbered_table, scenario, writing
-from tests.support import execute, uid
+from tests.support import execute, killing_a_child_process, uid
 
 
 @pytest.fixture(scope="module")
@@ -129,23 +125,8 @@ def test_a_replay_process_killed_mid_bootstrap_fails_it_loudly(
         sc.caught_up()
         cfg = next(c for c in sc.config.followers if c.kind == "redis")
         follower = build_follower(sc.config, cfg, spark)
-        killed: list[int] = []
-
-        def kill_the_first_replay_process() -> None:
-            deadline = time.monotonic() + 120
-            while not killed and time.monotonic() < deadline:
-                for child in multiprocessing.active_children():
-                    os.kill(child.pid or 0, signal.SIGKILL)
-                    killed.append(child.pid or 0)
-                    break
-                time.sleep(0.01)
-
-        killer = threading.Thread(target=kill_the_first_replay_process)
-        killer.start()
-        try:
+        with killing_a_child_process() as killed:
             with pytest.raises(FatalError, match=f"follower {cfg.name}: a replay process ended"):
                 bootstrap_from_topics(sc.config, cfg, follower, checkpoint_dir(sc.config, cfg), base_dir(sc.config))
-        finally:
-            killer.join()
         assert killed
         assert not start_file(base_dir(sc.config), cfg.name).exists()

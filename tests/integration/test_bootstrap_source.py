@@ -8,9 +8,6 @@ older row. The source takes a few hundred changes/s throughout.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +21,7 @@ from cdcsync.errors import FatalError
 from cdcsync.snapshot.source import bootstrap_from_source
 from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_file
 from tests.integration.followers import Scenario, scenario
-from tests.support import execute, maria_connect, pg_connect, uid
+from tests.support import execute, killing_a_child_process, maria_connect, pg_connect, uid
 
 ROWS = 4000
 
@@ -231,26 +228,11 @@ def test_a_copy_process_killed_mid_bootstrap_fails_it_loudly(
     with _seeded(spark, tmp_path, "postgres", t) as sc:
         cfg = next(c for c in sc.config.followers if c.kind == "elasticsearch")
         follower = build_follower(sc.config, cfg, spark, open_sink=False)
-        killed: list[int] = []
-
-        def kill_a_copy_process() -> None:
-            deadline = time.monotonic() + 120
-            while not killed and time.monotonic() < deadline:
-                for child in multiprocessing.active_children():
-                    os.kill(child.pid or 0, signal.SIGKILL)
-                    killed.append(child.pid or 0)
-                    break
-                time.sleep(0.01)
-
-        killer = threading.Thread(target=kill_a_copy_process)
-        killer.start()
-        try:
+        with killing_a_child_process() as killed:
             with pytest.raises(FatalError, match=f"follower {cfg.name}: a replay process ended"):
                 bootstrap_from_source(
                     sc.config, cfg, follower, spark, checkpoint_dir(sc.config, cfg), base_dir(sc.config)
                 )
-        finally:
-            killer.join()
         assert killed
         assert not start_file(base_dir(sc.config), cfg.name).exists()
         reader = build_follower(sc.config, cfg, spark, open_sink=False)  # what readers see: the alias
