@@ -12,7 +12,8 @@ in this order (docs/bootstrap.md gives the reasoning):
    and read the log window [E1, E2): each change is reflected or not by its
    transaction id, and snapshot rows take the highest reflected version;
 4. read every table through Spark JDBC in pieces, ``--partitions`` of them at a time,
-   and write the rows through the follower's sink with those versions;
+   and write the rows through the follower's sink with those versions
+   (``snapshot.table_copy``; a large table in several processes);
 5. MariaDB: wait until the connector has passed the furthest chunk, capture E2;
 6. apply the window [E1, E2): unreflected changes win over the snapshot rows
    by version; reflected ones are dropped (Postgres, by transaction id) or are
@@ -27,21 +28,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
-from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
+from cdcsync.config import Config, FollowerConfig, SourceConfig
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.errors import FatalError
-from cdcsync.events import Change, PoisonRecord, parse_record
-from cdcsync.snapshot import jdbc, parallel
+from cdcsync.events import PoisonRecord, parse_record
+from cdcsync.snapshot import jdbc, parallel, table_copy
 from cdcsync.snapshot.bootstrap import (
     BATCH_ROWS,
     Summary,
@@ -51,31 +50,19 @@ from cdcsync.snapshot.bootstrap import (
     record_start,
 )
 from cdcsync.snapshot.bootstrap import consumer as kafka_consumer
-from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead, open_read, wait_passed
+from cdcsync.snapshot.positions import PostgresRead, SourceRead, open_read, wait_passed
+from cdcsync.snapshot.table_copy import Plan, ReadAhead, versions_of
 from cdcsync.sync import rebuild
-from cdcsync.sync.follower import BatchCounts, Follower, Record, snapshot_record
-from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id
-from cdcsync.sync.sink import Row
+from cdcsync.sync.follower import Follower, Record
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("cdcsync.bootstrap")
 
 Progress = Callable[[int, int, float], None]
-
-
-@dataclass
-class Plan:
-    """One followed table of a source: where to read it and how its rows map."""
-
-    table: TableRef
-    topic: str
-    mapping: TableMapping
-    rows: int = 0  # in the read's snapshot, counted once the read is open
 
 
 def bootstrap_from_source(
@@ -155,18 +142,18 @@ def _bootstrap_source(
             # The first table's reads start now: the read's snapshot is fixed, and a Postgres read waits below
             # for the connector to pass it (up to Connect's offset flush interval) before the first row is mapped.
 
-            def table_reads(plan: Plan) -> _ReadAhead:
-                return _ReadAhead(reader, jdbc.pieces(spark, source, plan.table, plan.mapping, read), partitions)
+            def table_reads(plan: Plan) -> ReadAhead:
+                return ReadAhead(reader, jdbc.pieces(spark, source, plan.table, plan.mapping, read), partitions)
 
             first_reads = table_reads(plans[0])
             window, last, row_version = _align(read, source, plans, follower, consumer, connect, first)
             for plan in plans:
                 reads = first_reads if plan is plans[0] else table_reads(plan)
-                versioned = ((piece, _versions(read, piece, row_version)) for piece in reads)
+                versioned = ((piece, versions_of(read, piece, row_version)) for piece in reads)
                 if processes and parallel.shares(follower, plan.rows):
-                    _copy_in_processes(source.name, plan, versioned, processes, tick)
+                    table_copy.copy_in_processes(source.name, plan, versioned, processes, tick.next_batch, tick.add)
                 else:
-                    _copy_table(source.name, plan, versioned, follower, tick)
+                    table_copy.copy_here(source.name, plan, versioned, follower, tick.next_batch, tick.add)
         if not isinstance(read, PostgresRead):
             wait_passed(read, connect)
             last = end_offsets(consumer, [p.topic for p in plans])
@@ -228,29 +215,6 @@ def _align(
     return window, last, row_version
 
 
-class _ReadAhead:
-    """A table's JDBC pieces, read on the reader threads at most ``depth`` pieces ahead of the one being mapped.
-
-    Submitting every piece at once read the whole table into memory whenever
-    the store was slower than the reads.
-    """
-
-    def __init__(self, pool: ThreadPoolExecutor, pieces: list[jdbc.Piece], depth: int) -> None:
-        self._pool, self._todo, self._depth = pool, deque(pieces), max(1, depth)
-        self._running: deque[Future[pa.Table]] = deque()
-        self._fill()
-
-    def _fill(self) -> None:
-        while self._todo and len(self._running) < self._depth:
-            self._running.append(self._pool.submit(self._todo.popleft()))
-
-    def __iter__(self) -> Iterator[pa.Table]:
-        while self._running:
-            table = self._running.popleft().result()
-            self._fill()
-            yield table
-
-
 def _plans(config: Config, cfg: FollowerConfig, follower: Follower) -> list[tuple[SourceConfig, list[Plan]]]:
     """The follower's tables grouped by source, in config order."""
     plans: dict[str, tuple[SourceConfig, list[Plan]]] = {}
@@ -307,130 +271,6 @@ def _read_window(
     starts = {tp: max(first[tp][0], first[tp][1] - lookback) for tp in last}
     ends = {tp: end for tp, (_low, end) in last.items()}
     return [record for batch in read_window(consumer, starts, ends, timeout_s=300) for record in batch]
-
-
-Versions = int | dict[tuple[str, int], int]  # a Postgres read's one row version, or a MariaDB read's per position
-Chunk = tuple[list[Row], list[tuple[Record, str]]]  # rows mapped for the sink, and rows that could not be
-
-
-def _versions(read: SourceRead, piece: pa.Table, row_version: int) -> Versions:
-    """The versions of a piece's rows: a Postgres read's one, or one per binlog position a MariaDB chunk read at."""
-    if isinstance(read, PostgresRead):
-        return row_version
-    at = piece.select([MARIA_FILE, MARIA_POS]).group_by([MARIA_FILE, MARIA_POS]).aggregate([])
-    positions = zip(at.column(MARIA_FILE).to_pylist(), at.column(MARIA_POS).to_pylist(), strict=True)
-    return {(file, int(pos)): read.version(file, int(pos)) for file, pos in positions}
-
-
-def _copy_table(
-    source: str, plan: Plan, reads: Iterable[tuple[pa.Table, Versions]], follower: Follower, tick: _Ticker
-) -> None:
-    """Stream one table from its JDBC read to the sink in this process, piece after piece.
-
-    The table is read in pieces (key ranges or key hashes), each one JDBC
-    query handed to Python as Arrow (``toArrow``: no per-row pickling on
-    either side). Up to ``partitions`` pieces are read ahead (``_ReadAhead``) while this
-    thread maps the current one, and the follower's ``writers`` threads each write
-    a chunk while it maps the next (``_write``): Spark's JDBC reads, this thread
-    and the sink's server run side by side instead of taking turns. Pieces and
-    chunks hold distinct keys, so their order does not matter.
-    """
-    chunks = (chunk for piece, versions in reads for chunk in _mapped(source, plan, piece, versions))
-    _write(chunks, follower, tick.next_batch, tick.add)
-
-
-def _copy_in_processes(
-    source: str,
-    plan: Plan,
-    reads: Iterable[tuple[pa.Table, Versions]],
-    processes: parallel.Processes,
-    tick: _Ticker,
-) -> None:
-    """Stream one table to a sink that shares its fill, each piece mapped and written in one of ``processes``.
-
-    One process maps every row under one GIL, and left part of the machine
-    idle (docs/performance.md, "Bootstrap from the source in several
-    processes"). This thread only hands pieces over: at most one per process
-    waits beside the ones being written, so the reads ahead stay bounded.
-    """
-    in_flight: deque[Future[BatchCounts]] = deque()
-    for piece, versions in reads:
-        in_flight.append(processes.submit(_copy_piece, source, plan, piece, versions, tick.next_batch()))
-        while len(in_flight) > parallel.PROCESSES or (in_flight and in_flight[0].done()):
-            tick.add(processes.result(in_flight.popleft()))
-    for future in in_flight:
-        tick.add(processes.result(future))
-
-
-def _copy_piece(
-    setup: parallel.Setup, source: str, plan: Plan, piece: pa.Table, versions: Versions, batch: int
-) -> BatchCounts:
-    """In a process of ``snapshot.parallel``: one piece through its follower, as ``_copy_table`` writes it."""
-    total = BatchCounts()
-
-    def add(counts: BatchCounts) -> None:
-        nonlocal total
-        total = total.merge(counts)
-
-    follower = parallel.follower_of(setup)
-    # Each process writes with the sink's ``writers``, as the daemon's tasks side by side do, not the ``fill_writers``
-    # of one process alone: 3 each (6 bulk requests at once) cost Elasticsearch more CPU per row (docs/performance.md).
-    _write(_mapped(source, plan, piece, versions), follower, lambda: batch, add, follower.sink.writers)
-    return total
-
-
-def _mapped(source: str, plan: Plan, piece: pa.Table, versions: Versions) -> Iterator[Chunk]:
-    """A piece's rows as the sink's rows, BATCH_ROWS at a time, with the rows that could not be mapped."""
-    rows: list[Row] = []
-    failed: list[tuple[Record, str]] = []
-    mapping, keys = plan.mapping, plan.mapping.key_columns
-    for data in piece.to_pylist():
-        if isinstance(versions, int):
-            version = versions
-        else:
-            version = versions[(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))]
-        key = {c: data[c] for c in keys}
-        change = Change(source, mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
-        try:
-            rows.append(Row(change, mapping.target, doc_id(key, mapping), _doc(data, plan)))
-        except PoisonRecord as err:
-            failed.append((snapshot_record(change, data), str(err)))
-        if len(rows) + len(failed) >= BATCH_ROWS:
-            yield rows, failed
-            rows, failed = [], []
-    if rows or failed:
-        yield rows, failed
-
-
-def _write(
-    chunks: Iterable[Chunk],
-    follower: Follower,
-    next_batch: Callable[[], int],
-    add: Callable[[BatchCounts], None],
-    writers: int | None = None,
-) -> None:
-    """Each chunk through ``follower.apply_rows`` on ``writers`` threads, while this thread maps the next.
-
-    ``writers`` defaults to the follower's; ``writers`` + 1 chunks are in memory.
-    """
-    in_flight: deque[Future[BatchCounts]] = deque()
-    writers = writers or follower.writers
-    with ThreadPoolExecutor(max_workers=writers, thread_name_prefix="cdcsync-bootstrap-write") as writer:
-        for rows, failed in chunks:
-            in_flight.append(writer.submit(follower.apply_rows, next_batch(), rows, failed))
-            while len(in_flight) > writers or (in_flight and in_flight[0].done()):
-                add(in_flight.popleft().result())
-        for future in in_flight:
-            add(future.result())
-
-
-def _doc(data: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    types = plan.mapping.types
-    parsed = {
-        c: convert(v, types.get(c)) if isinstance(v, str) and types.get(c) in jdbc.TEXT_KINDS else v
-        for c, v in data.items()
-    }
-    return canonical_doc(parsed, plan.mapping)
 
 
 class _Ticker:

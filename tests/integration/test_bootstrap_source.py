@@ -111,19 +111,21 @@ def test_bootstrap_from_source_under_writes_converges(
     (``snapshot.parallel``), each piece with its read's versions; the warehouse in this one."""
     copied: list[tuple[str, int]] = []
     if processes > 1:
-        from cdcsync.snapshot import jdbc, parallel, source
+        from cdcsync.snapshot import jdbc, parallel, table_copy
 
         monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
         monkeypatch.setattr(parallel, "PROCESSES", processes)
         monkeypatch.setattr(jdbc, "ROWS_PER_PIECE", 250)
-        copy_in_processes = source._copy_in_processes
+        copy_in_processes = table_copy.copy_in_processes
 
-        def counted(source_name: str, plan: Any, reads: Any, processes: Any, tick: Any) -> None:
-            before = tick.summary.records
-            copy_in_processes(source_name, plan, reads, processes, tick)
-            copied.append((processes.name, tick.summary.records - before))
+        def counted(source_name: str, plan: Any, reads: Any, processes: Any, next_batch: Any, add: Any) -> None:
+            rows: list[int] = []
+            copy_in_processes(
+                source_name, plan, reads, processes, next_batch, lambda c: (rows.append(c.consumed), add(c))
+            )
+            copied.append((processes.name, sum(rows)))
 
-        monkeypatch.setattr(source, "_copy_in_processes", counted)
+        monkeypatch.setattr(table_copy, "copy_in_processes", counted)
     t = f"bsrc_{uid()}"
     with _seeded(spark, tmp_path, kind, t) as sc:
         execute(kind, f"UPDATE {t} SET v = -v WHERE id % 7 = 0", f"DELETE FROM {t} WHERE id % 11 = 0")
@@ -184,10 +186,10 @@ def test_mariadb_rows_carry_the_gtid_of_their_read(spark: Any, tmp_path: Path) -
 
 def test_a_slow_store_holds_back_the_table_read(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reads run at most ``partitions`` pieces ahead of the writes: a table is never read whole into memory."""
-    from cdcsync.snapshot import jdbc, source
+    from cdcsync.snapshot import jdbc, table_copy
 
     monkeypatch.setattr(jdbc, "ROWS_PER_PIECE", 250)  # 16 pieces
-    monkeypatch.setattr(source, "BATCH_ROWS", 250)  # a write per piece
+    monkeypatch.setattr(table_copy, "BATCH_ROWS", 250)  # a write per piece
     real_read, reads = jdbc._read_piece, []
     t = f"bahead_{uid()}"
     # Counts this table's reads, and reads for real (the scenario's heartbeat table is read too).
