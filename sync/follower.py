@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -363,16 +363,24 @@ class Follower:
         never overlap: a batch returns once every chunk is written.
         """
         in_flight: deque[tuple[Future[WriteResult], Chunk]] = deque()
-        for chunk in chunks:
-            while len(in_flight) >= self.writers or (in_flight and in_flight[0][0].done()):
-                mark = time.monotonic()
+        try:
+            for chunk in chunks:
+                while len(in_flight) >= self.writers or (in_flight and in_flight[0][0].done()):
+                    mark = time.monotonic()
+                    future, done = in_flight.popleft()
+                    self._settle(future.result(), done, counts)
+                    counts.waited_s += time.monotonic() - mark
+                in_flight.append((self._writer.submit(self._write, batch_id, chunk[0], counts), chunk))
+            while in_flight:
                 future, done = in_flight.popleft()
                 self._settle(future.result(), done, counts)
-                counts.waited_s += time.monotonic() - mark
-            in_flight.append((self._writer.submit(self._write, batch_id, chunk[0], counts), chunk))
-        while in_flight:
-            future, done = in_flight.popleft()
-            self._settle(future.result(), done, counts)
+        except BaseException:
+            # A batch that fails (a write's error, an interrupt while reading the next chunk) leaves no write running
+            # behind it: one landing later would go into a store the caller may already have dropped or rebuilt.
+            for future, _chunk in in_flight:
+                future.cancel()
+            wait([future for future, _chunk in in_flight])
+            raise
         return self._finish(batch_id, counts, started)
 
     def _finish(self, batch_id: int, counts: BatchCounts, started: float) -> BatchCounts:
