@@ -13,7 +13,10 @@ Measured in one run, on one table of N rows (default 1M) in Postgres, per sink:
   of the table read back from its topic, versioned writes into a staged
   store, the publish.
 
-rows/s = N / wall time of each, and the ratio to the ceiling. Each also gets its
+Each phase starts on empty stores (the previous phases' indexes and keys
+removed) with Redis's append-only file just rewritten: a publish scans the
+whole Redis database, and an AOF rewrite landed in whichever phase crossed
+its threshold. rows/s = N / wall time of each, and the ratio to the ceiling. Each also gets its
 CPU per row across the stack and the ratio it could reach with every core busy
 at that cost (``bench.cpu.budget``). Not a pass/fail test.
 Usage: python -m bench.bootstrap [--rows N] [--sinks search,cache] [--origins source,topics] [--json]
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cpu
-from bench.common import ENV, cleanup, one_table_config, say
+from bench.common import ENV, cleanup, empty_stores, one_table_config, say
 
 SINK_KINDS = {"search": "elasticsearch", "cache": "redis"}
 
@@ -97,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
         spark = spark_session("cdcsync-bench-bootstrap", class_archive=True)  # as `cdcsync bootstrap` starts it
         for sink in sinks:
+            empty_stores(tag)  # each timed phase starts on empty stores, with Redis's AOF just rewritten
             say(f"[{sink}] ceiling: COPY out + raw writes in ...")
             before = cpu.sample()
             ceiling_s = _ceiling(sink, pg, table, f"{tag}raw")
@@ -112,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             for origin in origins:
                 cfg = next(f for f in config.followers if f.name == f"{sink}_{origin}")
                 say(f"[{sink}] bootstrap --from {origin} ...")
+                empty_stores(tag)
                 follower = build_follower(config, cfg, spark, open_sink=False, fill=True)
                 started, before = time.perf_counter(), cpu.sample()
                 if origin == "source":

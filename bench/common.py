@@ -94,9 +94,6 @@ def three_followers(tag: str, tmp: Path, wanted: list[str] | None = None) -> lis
 
 def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
     """Remove the connector, its slot and publication, the table, its topics, and every store named ``tag*``."""
-    import redis
-    from elasticsearch import Elasticsearch
-
     from cdcsync.connectors.apply import client_for
     from cdcsync.connectors.topics import delete_topics, topic_specs
 
@@ -112,6 +109,14 @@ def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
     pg.execute(f"DROP TABLE IF EXISTS {source.signal_table}")
     delete_topics(config, [t.name for t in topic_specs(source)] + [f.dlq_topic for f in config.followers])
     # {tag}* and not {tag}-*: bench.bootstrap names its indexes {tag}raw-search, {tag}source-..., which stayed behind
+    empty_stores(tag)
+
+
+def empty_stores(tag: str) -> None:
+    """Remove every Elasticsearch index and Redis key named ``tag*``, then let Redis settle (``settle_redis``)."""
+    import redis
+    from elasticsearch import Elasticsearch
+
     Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.delete(index=f"{tag}*", allow_no_indices=True)
     r = redis.Redis(port=int(ENV["REDIS_PORT"]))
     keys: list[bytes] = []
@@ -122,6 +127,31 @@ def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
             keys = []
     if keys:
         r.unlink(*keys)
+    settle_redis(r)
+
+
+def settle_redis(r: Any, timeout: float = 300.0) -> None:
+    """Rewrite Redis's append-only file now and wait for the rewrite to end.
+
+    Redis rewrites its AOF by itself each time the file doubles, in a forked
+    child whose CPU the budget counts as Redis's. Before, a phase inherited
+    whatever file the earlier phases had grown (735 MB in one session), so
+    whether a rewrite landed in it depended on the order of the phases.
+    Rewritten first, every phase starts from the same compact file, and the
+    rewrites inside it are the ones its own writes cause (a bootstrap of 1M
+    rows caused four: it pays them, as it would on a user's server).
+    """
+    if r.info("persistence").get("aof_enabled") != 1:
+        return
+    if not r.info("persistence").get("aof_rewrite_in_progress"):
+        r.bgrewriteaof()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = r.info("persistence")
+        if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"redis: the AOF rewrite did not end within {timeout:.0f} s")
 
 
 class PeakRss:
