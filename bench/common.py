@@ -139,7 +139,7 @@ def settle_redis(r: Any, timeout: float = 300.0) -> None:
     whether a rewrite landed in it depended on the order of the phases.
     Rewritten first, every phase starts from the same compact file, and the
     rewrites inside it are the ones its own writes cause (a bootstrap of 1M
-    rows caused four: it pays them, as it would on a user's server).
+    rows caused several: it pays them, as it would on a user's server).
     """
     if r.info("persistence").get("aof_enabled") != 1:
         return
