@@ -245,7 +245,7 @@ def _catch_up(spark: Any, config: Any, cfg: Any, topic: str, tmp: Path, tag: str
 
 
 def _settle(cfg: Any) -> None:
-    """Before a timed Redis phase, its AOF rewritten (``bench.common.settle_redis``), so no rewrite lands in it."""
+    """Before a timed Redis phase, its AOF rewritten (``bench.common.settle_redis``): each starts from one file."""
     if cfg.kind == "redis":
         import redis
 

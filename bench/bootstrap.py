@@ -16,9 +16,9 @@ Measured in one run, on one table of N rows (default 1M) in Postgres, per sink:
 Each phase starts on empty stores (the previous phases' indexes and keys
 removed) with Redis's append-only file just rewritten: a publish scans the
 whole Redis database, and an AOF rewrite landed in whichever phase crossed
-its threshold. rows/s = N / wall time of each, and the ratio to the ceiling. Each also gets its
-CPU per row across the stack and the ratio it could reach with every core busy
-at that cost (``bench.cpu.budget``). Not a pass/fail test.
+its threshold. rows/s = N / wall time of each, and the ratio to the ceiling.
+Each also gets its CPU per row across the stack and the ratio it could reach
+with every core busy at that cost (``bench.cpu.budget``). Not a pass/fail test.
 Usage: python -m bench.bootstrap [--rows N] [--sinks search,cache] [--origins source,topics] [--json]
 """
 

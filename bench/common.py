@@ -108,7 +108,6 @@ def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
     pg.execute(f"DROP TABLE IF EXISTS {table}")
     pg.execute(f"DROP TABLE IF EXISTS {source.signal_table}")
     delete_topics(config, [t.name for t in topic_specs(source)] + [f.dlq_topic for f in config.followers])
-    # {tag}* and not {tag}-*: bench.bootstrap names its indexes {tag}raw-search, {tag}source-..., which stayed behind
     empty_stores(tag)
 
 
@@ -117,6 +116,7 @@ def empty_stores(tag: str) -> None:
     import redis
     from elasticsearch import Elasticsearch
 
+    # {tag}* and not {tag}-*: bench.bootstrap names its indexes {tag}raw-search, {tag}source-..., which stayed behind
     Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.delete(index=f"{tag}*", allow_no_indices=True)
     r = redis.Redis(port=int(ENV["REDIS_PORT"]))
     keys: list[bytes] = []
@@ -143,8 +143,13 @@ def settle_redis(r: Any, timeout: float = 300.0) -> None:
     """
     if r.info("persistence").get("aof_enabled") != 1:
         return
-    if not r.info("persistence").get("aof_rewrite_in_progress"):
+    import redis
+
+    try:
         r.bgrewriteaof()
+    except redis.ResponseError as err:  # one already running (or scheduled) does as well
+        if "in progress" not in str(err) and "scheduled" not in str(err):
+            raise
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = r.info("persistence")
