@@ -27,6 +27,13 @@ Delta by reading the Parquet files each new commit of the table's log adds.
 A marker's freshness is the time it was first seen minus its commit time; a
 marker overwritten before a poll saw it counts as seen with the next one.
 
+**After a quiet spell.** ``--quiet N`` (3) markers, each committed after
+``--quiet-s`` seconds (75) in which nothing changed: the freshness of a quiet
+table's next change. Spark stops a Python worker that has been idle for a
+minute, so that change's batch starts its workers afresh (docs/performance.md,
+"Python workers forked warm"). Its markers are reported apart, not in the
+steady phases' quantiles.
+
 **The daemon's histogram.** ``cdcsync_apply_latency_seconds`` is scraped
 from ``/metrics`` at the start and end of each phase; its quantiles are
 interpolated within the buckets of the difference, as Prometheus'
@@ -59,7 +66,7 @@ sink's client library alone, and the three at once, which bounds what three
 followers sharing the cores could ever reach.
 
 Not a pass/fail test. Usage: python -m bench.freshness [--rates 1000,5000] [--seconds 180] [--warm-up 900]
-[--settled 0.1] [--json]
+[--settled 0.1] [--quiet 3] [--quiet-s 75] [--daemon-env KEY=VALUE] [--json]
 """
 
 from __future__ import annotations
@@ -101,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         default=0.1,
         help="the warm-up ends after a minute in which the JVM's JIT compilers used fewer cores (0: never early)",
     )
+    parser.add_argument(
+        "--quiet", type=int, default=3, help="markers each committed after --quiet-s s without a change (0: none)"
+    )
+    parser.add_argument("--quiet-s", type=float, default=75, help="the quiet spell before each of those markers")
     parser.add_argument("--burst", type=int, default=100_000, help="updates of the flat-out phase (0: none)")
     parser.add_argument("--rows", type=int, default=50_000, help="rows of the table the writer rewrites in turn")
     parser.add_argument(
@@ -113,6 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--debezium", action="append", default=[], metavar="KEY=VALUE", help="a Debezium property of the source"
+    )
+    parser.add_argument(
+        "--daemon-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable of `cdcsync run` (it starts with no CDCSYNC_SPARK_* of the bench's own), "
+        "e.g. CDCSYNC_SPARK_WORKER_DAEMON=pyspark.daemon",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
@@ -146,14 +165,21 @@ def main(argv: list[str] | None = None) -> int:
         f"repeat(md5(g::text), 16) FROM generate_series(0, {args.rows}) g"
     )
     port = _free_port()
-    results: dict[str, Any] = {"rows": args.rows, "follower": settings, "debezium": debezium, "phases": []}
+    daemon_env = dict(s.partition("=")[::2] for s in args.daemon_env)
+    results: dict[str, Any] = {
+        "rows": args.rows,
+        "follower": settings,
+        "debezium": debezium,
+        "daemon_env": daemon_env,
+        "phases": [],
+    }
     daemon, log = None, tmp / "run.log"
     marks = Marks(pg, table)
     pollers = [Poller(f, tag, marks) for f in ("search", "cache", "warehouse")]
     try:
         apply(config)
         daemon = start_daemon(
-            config_path, log, "--metrics-port", str(port), env={"CDCSYNC_SPARK_PROGRESS_LOG_LEVEL": "INFO"}
+            config_path, log, "--metrics-port", str(port), env={"CDCSYNC_SPARK_PROGRESS_LOG_LEVEL": "INFO"} | daemon_env
         )
         for p in pollers:
             p.start(tmp)
@@ -185,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"  [{name}] batches {figures}")
             say(f"  cpu (cores): {cpu.summary(phase['cpu_cores'])}")
             results["phases"].append(phase)
+        if args.quiet:
+            results["quiet"] = _quiet(marks, pollers, args.quiet, args.quiet_s)
         if args.burst:
             cpu_before = cpu.sample()
             burst = results["burst"] = _burst(pg, table, args.burst, args.rows, marks, pollers, topic, config)
@@ -267,6 +295,21 @@ def _steady(
     return phase
 
 
+def _quiet(marks: Marks, pollers: list[Poller], markers: int, quiet_s: float) -> dict[str, Any]:
+    """``markers`` markers, each committed after ``quiet_s`` seconds without a change: commit -> seen per store."""
+    say(f"{markers} markers, each after {quiet_s:.0f}s without a change ...")
+    first = mark = max(marks.at) + 1
+    for _ in range(markers):
+        time.sleep(quiet_s)
+        mark = marks.commit()
+        _wait_seen(pollers, mark, DRAIN_S)
+    out: dict[str, Any] = {"markers": markers, "quiet_s": quiet_s}
+    for p in pollers:
+        out[p.name] = [round(p.delays[n], 2) for n in range(first, mark + 1)]
+        say(f"  [{p.name}] seen after {out[p.name]} s")
+    return out
+
+
 def _burst(
     pg: Any, table: str, changes: int, rows: int, marks: Marks, pollers: list[Poller], topic: str, config: Any
 ) -> dict[str, Any]:
@@ -339,7 +382,7 @@ def _free_port() -> int:
 
 
 def _print(results: dict[str, Any]) -> None:
-    changed = {**results["follower"], **results["debezium"]} or "defaults"
+    changed = {**results["follower"], **results["debezium"], **results.get("daemon_env", {})} or "defaults"
     print(f"\nfreshness, source commit -> visible (s), {results['rows']:,}-row table, three followers, {changed}")
     print(f"{'phase':<8} {'rate/s':>7} {'sink':<10} {'seen p50':>9} {'p95':>6} {'p99':>6} {'max':>6}"
           f" {'hist p50':>9} {'p95':>6} {'p99':>6} {'<=1s':>6} {'<=2s':>6} {'applied/s':>10}")  # fmt: skip
@@ -364,6 +407,10 @@ def _print(results: dict[str, Any]) -> None:
                 f"                           {name:<10} {b['rows_p50']:>6} {b['every_s']!s:>8} "
                 + " ".join(f"{b[p]:>14}" for p in daemon_report.PHASES)
             )
+    if "quiet" in results:
+        q = results["quiet"]
+        seen = "; ".join(f"{name} {', '.join(map(str, q[name]))}" for name in ("search", "cache", "warehouse"))
+        print(f"after {q['quiet_s']:.0f} s without a change, seen after (s): {seen}")
     if "burst" in results:
         b = results["burst"]
         print(
