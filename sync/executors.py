@@ -125,7 +125,10 @@ def reread_zips_only_when_changed() -> None:
     py-spy found half of the workers' samples there during a catch-up. An
     archive whose size and modification time are unchanged is skipped; a
     changed one is read again, as before. Worker processes are reused between
-    tasks (``spark.python.worker.reuse``), so this is paid once per worker.
+    tasks (``spark.python.worker.reuse``), so this is paid once per worker, and
+    not even once by a worker forked from cdcsync's daemon, which read the
+    archives before it forked (``sync.worker_daemon``). Tasks still call it, for
+    workers forked by Spark's own daemon (``CDCSYNC_SPARK_WORKER_DAEMON``).
     """
     import zipimport
 
