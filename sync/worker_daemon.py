@@ -15,11 +15,13 @@ this machine:
   batch function and building its follower, and pandas, which Spark's worker
   imports once the task's answer went back.
 
-In a burst of 100k changes, where a follower's workers grow from two to
-five, the Python workers then spent 116 µs of CPU per change, against 68-70
-µs when forked from here; the first change after a quiet minute was seen
-after up to 3 s, against 1.7 (docs/performance.md, "Python workers forked
-warm").
+And pandas' objects, imported after the worker froze its heap
+(``sync.follower.tune_gc``), were walked by the ``gc.collect()`` Spark's
+worker runs after every task: 30-40 ms of CPU per task. Forked from here: at
+a steady 1k changes/s the Python workers used 0.09-0.10 of a core against
+0.23-0.24; in a burst of 100k changes 68-70 µs of CPU per change against
+116; the first change after a quiet minute was seen after at most 1.7 s
+against 3.0 (docs/performance.md, "Python workers forked warm").
 
 This module does both in the daemon, before it forks, then runs Spark's own
 daemon loop: a forked worker shares the imported modules and the archives'
