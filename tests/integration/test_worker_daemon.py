@@ -1,6 +1,6 @@
 """Spark forks the followers' Python workers from cdcsync's daemon, which imported their modules once.
 
-What a fresh worker saves is measured by ``python -m bench`` (docs/performance.md, "Python workers forked
+What that saves is measured by ``python -m bench.freshness`` (docs/performance.md, "Python workers forked
 warm"); here: the workers are the real Spark's, forked from ``cdcsync.sync.worker_daemon``, and they find what
 a follower's task needs already loaded before it imports anything itself.
 """
@@ -28,13 +28,14 @@ def test_workers_are_forked_from_cdcsyncs_daemon_with_the_followers_modules_load
     preload = PRELOAD
 
     def probe(batches: Iterator[Any]) -> Iterator[Any]:  # nested: pickled by value, imports nothing of cdcsync
-        import os
         import sys
+
+        loaded = [name for name in preload if name in sys.modules]  # before this task imports anything
+        import os
         import zipimport
 
         import pyarrow as pa
 
-        loaded = [name for name in preload if name in sys.modules]  # before this task imports anything
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmdline:
             parent = cmdline.read().replace(b"\0", b" ").decode()
         lazy = bool(getattr(zipimport.zipimporter.invalidate_caches, "cdcsync_lazy", False))
