@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             name, _, own = key.rpartition(".")
             if name in ("", f["name"]):
                 f[own] = value
-    debezium = dict(s.partition("=")[::2] for s in args.debezium)
+    debezium = _pairs(args.debezium)
     doc = one_table_doc(tag, table, followers, tmp, heartbeat_interval_ms=1000, debezium=debezium)
     config_path = tmp / "cdcsync.yaml"
     config_path.write_text(yaml.safe_dump(doc))
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         f"repeat(md5(g::text), 16) FROM generate_series(0, {args.rows}) g"
     )
     port = _free_port()
-    daemon_env = dict(s.partition("=")[::2] for s in args.daemon_env)
+    daemon_env = _pairs(args.daemon_env)
     results: dict[str, Any] = {
         "rows": args.rows,
         "follower": settings,
@@ -375,6 +375,11 @@ def _quantile_sorted(values: list[float], q: str) -> float | None:
     return round(values[min(len(values) - 1, int(len(values) * int(q[1:]) / 100))], 2)
 
 
+def _pairs(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` options as a dict (the value may hold ``=``)."""
+    return dict(item.partition("=")[::2] for item in items)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -382,7 +387,7 @@ def _free_port() -> int:
 
 
 def _print(results: dict[str, Any]) -> None:
-    changed = {**results["follower"], **results["debezium"], **results.get("daemon_env", {})} or "defaults"
+    changed = {**results["follower"], **results["debezium"], **results["daemon_env"]} or "defaults"
     print(f"\nfreshness, source commit -> visible (s), {results['rows']:,}-row table, three followers, {changed}")
     print(f"{'phase':<8} {'rate/s':>7} {'sink':<10} {'seen p50':>9} {'p95':>6} {'p99':>6} {'max':>6}"
           f" {'hist p50':>9} {'p95':>6} {'p99':>6} {'<=1s':>6} {'<=2s':>6} {'applied/s':>10}")  # fmt: skip
