@@ -131,6 +131,12 @@ class SourceConfig(_Strict):
         description="how long a change stays in its table topic before compaction may remove it (docs/compaction.md)",
     )
     snapshot_mode: str = "initial"
+    set_replica_identity: bool = Field(
+        True,
+        description="postgres: connectors apply sets REPLICA IDENTITY FULL on captured tables (and their partitions) "
+        "that could send an unchanged large value as Debezium's placeholder; false: apply refuses them and names "
+        "the ALTER TABLE to run (connectors/source_setup.py)",
+    )
     debezium: dict[str, str] = Field(default_factory=dict, description="extra Debezium properties")
 
     @field_validator("kind", mode="before")
@@ -144,6 +150,17 @@ class SourceConfig(_Strict):
                 "server_uuid:N) and every event would be dead-lettered; for a MariaDB server use kind: mariadb"
             )
         return value
+
+    @field_validator("debezium", mode="before")
+    @classmethod
+    def _debezium_scalars(cls, value: Any) -> Any:
+        # Connect stores every property as text; YAML gives numbers and booleans (snapshot.fetch.size: 10240).
+        if not isinstance(value, dict):
+            return value
+        return {
+            k: ("true" if v is True else "false" if v is False else str(v)) if isinstance(v, int | float) else v
+            for k, v in value.items()
+        }
 
     @field_validator("tables", mode="before")
     @classmethod

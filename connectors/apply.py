@@ -1,8 +1,11 @@
 """Apply the declared connectors to Kafka Connect: all or nothing, idempotent.
 
-Order: render every connector, let Connect validate every config, run the
-pre-flight checks, pre-create topics, and only then PUT each config. A failure
-in any step before the PUTs registers nothing. A PUT of an unchanged config is
+Order: render every connector, run the pre-flight checks (the sources, Connect,
+and what ``connectors.source_setup`` finds each Postgres table lacks), let
+Connect validate every config, and only then write: the signal tables, the
+replica identities and publication options of ``source_setup``, the topics,
+and last each config's PUT. A failure in any check changes nothing, in a
+database or in Connect. A PUT of an unchanged config is
 skipped, so applying twice changes nothing and says so.
 
 Secrets (``connectors.render``): each source's secrets go to a ``.pending``
@@ -22,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdcsync.config import Config, SourceConfig
-from cdcsync.connectors import restore, signals
+from cdcsync.config import Config, SourceConfig, TableRef
+from cdcsync.connectors import restore, signals, source_setup
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.connectors.offsets import create
 from cdcsync.connectors.preflight import run_preflight
@@ -41,6 +44,7 @@ class ApplyResult:
     topics: list[str] = field(default_factory=list)
     snapshot: list[str] = field(default_factory=list)  # tables added to a running connector, snapshot signalled
     warnings: list[str] = field(default_factory=list)
+    source_changes: list[str] = field(default_factory=list)  # what apply changed in the database (source_setup)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +54,7 @@ class ApplyResult:
             "topics": self.topics,
             "snapshot": self.snapshot,
             "warnings": self.warnings,
+            "source_changes": self.source_changes,
         }
 
 
@@ -70,18 +75,16 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
     secrets = {s.name: secret_properties(s, config) for s in sources}
 
     problems = run_preflight(config, client, sources)
-    warnings: dict[str, list[str]] = {}
+    setups = {s.name: source_setup.plan(s) for s in sources}
+    added: dict[str, list[TableRef]] = {}
     for source in sources:  # before anything is registered: a table the running connector could not add
+        problems += setups[source.name].problems
         current = client.get_config(source.name)
-        added = signals.added_tables(source, current)
-        problems += signals.unknown_schemas(source, current or {}, added)
-        missing, fatal = signals.ensure_signal_table(source)
-        if missing and fatal:
-            problems.append(missing)
-        elif missing and (added or signals.pending(base_dir(config), source)):
-            problems.append(f"{missing}; it is needed to snapshot the tables added: {', '.join(map(str, added))}")
-        elif missing:
-            warnings[source.name] = [f"{missing}; until then a table added to this source cannot be snapshotted"]
+        added[source.name] = signals.added_tables(source, current)
+        problems += signals.unknown_schemas(source, current or {}, added[source.name])
+        not_owned = signals.signal_table_problem(source)
+        if not_owned:
+            problems.append(not_owned)
     if problems:
         raise PreflightError(problems)
     invalid = []
@@ -93,13 +96,25 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
             for key, errors in client.validate(pending["connector.class"], {**pending, "name": source.name}).items():
                 invalid.append(f"connector {source.name}: {key}: {'; '.join(errors)}")
     except BaseException:
-        for source in sources:
-            secrets_file(source, config, pending=True).unlink(missing_ok=True)
+        _drop_pending(config, sources)
         raise
     if invalid:
-        for source in sources:
-            secrets_file(source, config, pending=True).unlink(missing_ok=True)
+        _drop_pending(config, sources)
         raise ConfigError(invalid)
+
+    # Every check passed: only now does apply write into the sources (docs/capture.md, "What apply changes").
+    warnings: dict[str, list[str]] = {}
+    for source in sources:
+        missing = signals.create_signal_table(source)
+        if missing and (added[source.name] or signals.pending(base_dir(config), source)):
+            tables = ", ".join(map(str, added[source.name])) or "added earlier"
+            problems.append(f"{missing}; it is needed to snapshot the tables added: {tables}")
+        elif missing:
+            warnings[source.name] = [f"{missing}; until then a table added to this source cannot be snapshotted"]
+    if problems:
+        _drop_pending(config, sources)
+        raise PreflightError(problems)
+    changes = {s.name: source_setup.carry_out(s, setups[s.name]) for s in sources}
 
     results = []
     for source in sources:
@@ -112,7 +127,17 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
         current = client.get_config(source.name)
         if current is None:
             action = create(client, source, desired)  # never on a deleted connector's offsets (connectors.offsets)
-            results.append(ApplyResult(source.name, action, sorted(desired), topics, [], warnings.get(source.name, [])))
+            results.append(
+                ApplyResult(
+                    source.name,
+                    action,
+                    sorted(desired),
+                    topics,
+                    [],
+                    warnings.get(source.name, []),
+                    changes[source.name],
+                )
+            )
             continue
         went_back = restore.check(client, source)
         if went_back:
@@ -135,9 +160,15 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
                 topics,
                 snapshot,
                 warnings.get(source.name, []),
+                changes[source.name],
             )
         )
     return results
+
+
+def _drop_pending(config: Config, sources: list[SourceConfig]) -> None:
+    for source in sources:
+        secrets_file(source, config, pending=True).unlink(missing_ok=True)
 
 
 def write_private(path: Path, text: str) -> None:

@@ -87,38 +87,44 @@ def unknown_schemas(source: SourceConfig, current: dict[str, str], added: list[T
     ]
 
 
-def ensure_signal_table(source: SourceConfig) -> tuple[str | None, bool]:
-    """Create the source's signal table when missing: (None, False) when it is usable, else (why, fatal).
+def signal_table_problem(source: SourceConfig) -> str | None:
+    """Why the existing signal table cannot serve (Postgres: the source's user does not own it), read only.
 
-    Created as the source's user, who must be able to insert into it
-    (Debezium writes its watermarks as that user) and, on Postgres, own it
-    (a filtered publication holds only tables its user owns: one it does not
-    own fails the connector, hence fatal). A user without CREATE on the schema
-    is not refused: only adding a table needs signals, and ``connectors apply``
-    refuses that, with this line, while the table is missing.
+    A filtered publication holds only tables its user owns, and Debezium
+    writes its watermarks into the signal table as that user: one it does not
+    own fails the connector. A missing table is no problem here:
+    ``create_signal_table`` creates it once every check has passed.
+    """
+    if _owned(source) is False:
+        table = _quoted(source, source.signal_table)
+        return (
+            f"source {source.name}: {source.user} does not own the signal table {source.signal_table}, so Debezium "
+            f"cannot add it to publication {source.publication}; run ALTER TABLE {table} OWNER TO {source.user}"
+        )
+    return None
+
+
+def create_signal_table(source: SourceConfig) -> str | None:
+    """Create the source's signal table when missing: None when it is there, else why it could not be made.
+
+    Created as the source's user, who must be able to insert into it and, on
+    Postgres, own it. A user without CREATE on the schema is not refused: only
+    adding a table needs signals, and ``connectors apply`` refuses that, with
+    this line, while the table is missing.
     """
     table = _quoted(source, source.signal_table)
     ddl = f"CREATE TABLE {table} (id VARCHAR(64) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048))"
     try:
-        owned = _owned(source)
-        if owned is None:
+        if _owned(source) is None:
             fetch(source, ddl)
-            return None, False
+        return None
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
         return (
             f"source {source.name}: no signal table {source.signal_table}, and {source.user} cannot create it "
             f"({type(err).__name__}: {first}); as an administrator run: {ddl}; then make {source.user} its owner "
-            "(Postgres) or grant it SELECT and INSERT on it (MariaDB)",
-            False,
+            "(Postgres) or grant it SELECT and INSERT on it (MariaDB)"
         )
-    if not owned:
-        return (
-            f"source {source.name}: {source.user} does not own the signal table {source.signal_table}, so Debezium "
-            f"cannot add it to publication {source.publication}; run ALTER TABLE {table} OWNER TO {source.user}",
-            True,
-        )
-    return None, False
 
 
 def request_snapshot(source: SourceConfig, tables: list[TableRef]) -> str:

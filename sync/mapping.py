@@ -243,11 +243,26 @@ _KEY_TEXT: dict[str, Any] = {
 }
 
 
+# Debezium's stand-in for a value Postgres did not log (an unchanged TOAST value under a replica identity other
+# than FULL), as the connector templates set it: text, bytea in base64, and an array's.
+PLACEHOLDER = "__debezium_unavailable_value"
+PLACEHOLDERS = (PLACEHOLDER, base64.b64encode(PLACEHOLDER.encode()).decode(), [PLACEHOLDER])
+
+
 def map_row(change: Change, mapping: TableMapping) -> Row:
-    """Apply a table's mapping to a change (deletes carry no document)."""
+    """Apply a table's mapping to a change (deletes carry no document).
+
+    A change that carries Debezium's placeholder instead of a value is a
+    ``PoisonRecord``: written, it would overwrite the stored value with the
+    placeholder. ``connectors apply`` sets the identity that prevents it
+    (``connectors.source_setup``); this catches a table changed since.
+    """
     ident = doc_id(change.key, mapping)
     if change.after is None:
         return Row(change, mapping.target, ident, None)
+    values = change.after.values()
+    if any(p in values for p in PLACEHOLDERS):
+        raise PoisonRecord(_placeholder_reason(change, mapping))
     doc: dict[str, Any] = {}
     plan, every_column = mapping.plan, mapping.include is None
     for column, value in change.after.items():
@@ -259,6 +274,16 @@ def map_row(change: Change, mapping: TableMapping) -> Row:
         name, kind, converter = step
         doc[name] = value if converter is None or value is None else _converted(value, kind, converter)
     return Row(change, mapping.target, ident, doc)
+
+
+def _placeholder_reason(change: Change, mapping: TableMapping) -> str:
+    columns = sorted(c for c, v in (change.after or {}).items() if any(v == p for p in PLACEHOLDERS))
+    return (
+        f"table {mapping.table}: columns {columns} carry Debezium's placeholder for a value Postgres did not log "
+        "(an UPDATE left a large value alone and the table's REPLICA IDENTITY is not FULL); writing it would "
+        "overwrite the stored value. Run `cdcsync connectors apply` (it sets REPLICA IDENTITY FULL), then "
+        f"`cdcsync connectors snapshot <source> --table {mapping.table}` to read the rows again"
+    )
 
 
 def canonical_doc(row: Mapping[str, Any], mapping: TableMapping) -> dict[str, Any]:

@@ -33,6 +33,8 @@ def apply_cmd(ctx: click.Context, sources: tuple[str, ...], as_json: bool) -> No
         click.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
     for r in results:
+        for line in r.source_changes:
+            click.echo(f"source {r.connector}: {line}")
         for line in r.topics:
             click.echo(f"  {line}")
         detail = f" ({', '.join(r.changed_keys)})" if r.action == "updated" else ""

@@ -118,9 +118,10 @@ def connect_properties(env: Env, plugins: Path, secrets: Path) -> str:
     """One distributed Connect worker with the Debezium plugins and a file config provider for secrets."""
     return (
         f"bootstrap.servers=127.0.0.1:{env['KAFKA_PORT']}\ngroup.id=cdcsync-connect\n"
+        # Connect's own defaults (JSON with schemas on), as a user's worker has them: each connector sets
+        # the converters it needs in its own config (connectors/templates).
         "key.converter=org.apache.kafka.connect.json.JsonConverter\n"
         "value.converter=org.apache.kafka.connect.json.JsonConverter\n"
-        "key.converter.schemas.enable=false\nvalue.converter.schemas.enable=false\n"
         "config.storage.topic=_connect_configs\noffset.storage.topic=_connect_offsets\n"
         "status.storage.topic=_connect_status\nconfig.storage.replication.factor=1\n"
         "offset.storage.replication.factor=1\nstatus.storage.replication.factor=1\n"

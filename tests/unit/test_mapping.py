@@ -93,3 +93,17 @@ def test_malformed_value_is_poison_not_a_crash(kind: str, value: str) -> None:
 def test_utc_timestamp_text_is_isoformat(year: int, micro: int) -> None:
     value = datetime(year, 2, 28, 23, 59, 0, micro, tzinfo=UTC)
     assert scalar_text(value) == value.isoformat()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["__debezium_unavailable_value", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", ["__debezium_unavailable_value"]],
+    ids=["text", "bytea-base64", "array"],
+)
+def test_a_change_carrying_debeziums_placeholder_is_refused_naming_the_column_and_the_fix(value: object) -> None:
+    """Written, the placeholder would overwrite the stored value (an unchanged TOAST value, identity not FULL)."""
+    mapping = TableMapping("public.t", "t", ("id",), types={"id": "int", "big": "text", "n": "int"})
+    with pytest.raises(PoisonRecord) as err:
+        map_row(change({"id": 7, "big": value, "n": 2}), mapping)
+    assert "['big']" in str(err.value) and "REPLICA IDENTITY" in str(err.value)
+    assert map_row(change({"id": 7, "big": "x" * 5000, "n": 2}), mapping).doc == {"id": 7, "big": "x" * 5000, "n": 2}

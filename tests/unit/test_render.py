@@ -99,3 +99,27 @@ def test_added_tables_are_those_the_running_connector_does_not_capture() -> None
     older = {**running, "schema.history.internal.store.only.captured.tables.ddl": "true"}
     (problem,) = unknown_schemas(maria, older, added_tables(maria, older))
     assert "app.new, other.x" in problem and "keeps the DDL of its captured tables only" in problem
+
+
+def test_every_connector_sets_its_converters_so_a_worker_at_connects_defaults_works() -> None:
+    """A worker left at Connect's defaults wraps values in a schema envelope unless the connector says otherwise."""
+    for cfg in (config(), config(kind="mariadb", tables=["app.t"])):
+        rendered = render(cfg.sources[0], cfg)
+        for side in ("key", "value"):
+            assert rendered[f"{side}.converter"] == "org.apache.kafka.connect.json.JsonConverter"
+            assert rendered[f"{side}.converter.schemas.enable"] == "false"
+
+
+def test_postgres_publishes_partitions_under_their_root_and_names_its_placeholder() -> None:
+    cfg = config()
+    rendered = render(cfg.sources[0], cfg)
+    assert rendered["publish.via.partition.root"] == "true"
+    assert rendered["unavailable.value.placeholder"] == "__debezium_unavailable_value"  # what sync.mapping refuses
+
+
+def test_debezium_numbers_and_booleans_are_taken_as_connect_stores_them() -> None:
+    cfg = config(debezium={"snapshot.fetch.size": 10240, "provide.transaction.metadata": False, "x.ratio": 0.5})
+    rendered = render(cfg.sources[0], cfg)
+    assert rendered["snapshot.fetch.size"] == "10240"
+    assert rendered["provide.transaction.metadata"] == "false"
+    assert rendered["x.ratio"] == "0.5"

@@ -136,7 +136,7 @@ def test_follower_settings_come_from_cdcsync_variables(tmp_path: Path) -> None:
         lambda raw: raw["followers"][0].update(url=f"ftp://u:{SECRET}@host/"),
         lambda raw: raw["followers"][2].update(password=SECRET, username="u"),  # api key and basic auth
         lambda raw: raw["followers"][1].update(tls_ca="/no/such/ca.pem"),
-        lambda raw: raw["sources"][0]["debezium"].update({"database.ssl.password": 5}),
+        lambda raw: raw["sources"][0]["debezium"].update({"database.ssl.password": [SECRET]}),  # not a scalar
     ],
 )
 def test_config_errors_never_show_the_secret(tmp_path: Path, change: Any) -> None:
