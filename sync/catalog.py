@@ -56,6 +56,7 @@ MARIADB_TYPES = {
     "mediumint": "int",
     "int": "int",
     "bigint": "int",
+    "year": "int",  # Debezium sends YEAR as a number, the driver reads it as one
     "float": "float",
     "double": "float",
 }

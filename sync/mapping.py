@@ -17,6 +17,7 @@ type           canonical Python value     from Debezium's JSON                 i
 ``bytes``      ``bytes``                  base64 text                          base64 text
 ``bool``       ``bool``                   ``true`` or ``1`` (MariaDB BOOLEAN)  ``str(value)`` as read
 ``uuid``       ``str`` (canonical form)   ``"a0ee..."``                        ``a0ee...`` (lower case)
+``float``      ``float``, NaN and ±inf    ``1.5``, ``"NaN"``, ``"-Infinity"``  ``str(value)``
 other          unchanged                  numbers, text, arrays                ``str(value)``: ``7``, ``abc``
 =============  =========================  ===================================  ====================================
 
@@ -155,6 +156,11 @@ def _uuid(value: Any) -> str:
     return str(uuid.UUID(str(value)))
 
 
+def _float(value: Any) -> float:
+    # Debezium sends NaN and the infinities of float4/float8 as the strings "NaN", "Infinity", "-Infinity".
+    return value if type(value) is float else float(value)
+
+
 # Debezium JSON value -> canonical Python value, per type; types not listed pass unchanged.
 _CONVERTERS: dict[str, Any] = {
     "decimal": Decimal,
@@ -165,6 +171,7 @@ _CONVERTERS: dict[str, Any] = {
     "bytes": base64.b64decode,
     "bool": bool,
     "uuid": _uuid,
+    "float": _float,
 }
 # What a malformed value raises: Decimal's InvalidOperation is an ArithmeticError, not a ValueError.
 BAD_VALUE = (ValueError, TypeError, AttributeError, ArithmeticError)

@@ -126,8 +126,11 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "bytes": {"type": "binary"},
     "bool": {"type": "boolean"},
     "int": {"type": "long"},
-    "float": {"type": "double"},
+    # NaN and the infinities have no JSON number: stored as text in _source ("NaN", "Infinity", "-Infinity"),
+    # left out of the index (ignore_malformed), like a decimal's NaN.
+    "float": {"type": "double", "ignore_malformed": True},
 }
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 # What _bulk reads of a bulk answer: per item its status and error. The whole answer is ~200 bytes per
 # document (index, id, version, shards, seq_no ...), which Elasticsearch writes and the client parses.
 BULK_ANSWER = "items.*.status,items.*.error"
@@ -577,7 +580,7 @@ def _name_lists(names: Sequence[str]) -> Iterator[str]:
 
 def _json_safe(value: Any) -> Any:
     if value is None or type(value) in _PLAIN:  # most columns: nothing to convert
-        return value
+        return NON_FINITE[str(value)] if type(value) is float and not math.isfinite(value) else value
     text = scalar_text(value)
     if text is not None:
         return text

@@ -161,3 +161,42 @@ def test_a_table_at_risk_is_refused_when_apply_may_not_set_its_identity_and_noth
     finally:
         drop_capture(config)
         execute("postgres", f"DROP TABLE IF EXISTS {table}")
+
+
+def test_nan_infinities_and_years_reach_every_store_as_the_database_holds_them(spark: Any, tmp_path: Path) -> None:
+    """Values the databases accept that were dead-lettered: float NaN and ±Infinity, MariaDB YEAR."""
+    u = uid()
+    pg, ma = f"floats_{u}", f"years_{u}"
+    ddl = {
+        "postgres": [
+            f"CREATE TABLE {pg} (id int PRIMARY KEY, d float8, r real, ds float8[])",
+            f"INSERT INTO {pg} VALUES (1, 'NaN', 'Infinity', '{{1.5,2}}'), (2, '-Infinity', '-0', '{{-1}}'),"
+            f" (3, 1e308, 3.25, NULL), (4, NULL, NULL, '{{}}')",
+        ],
+        "mariadb": [
+            f"CREATE TABLE {ma} (id int PRIMARY KEY, y YEAR, d DOUBLE)",
+            f"INSERT INTO {ma} VALUES (1, 2155, -0.0), (2, 1901, 1e308), (3, NULL, NULL)",
+        ],
+    }
+    tables = {"postgres": [f"public.{pg}"], "mariadb": [f"inventory.{ma}"]}
+    with scenario(spark, tmp_path, tables, ddl) as sc:
+        sc.run_once()
+        execute("postgres", f"UPDATE {pg} SET d = 'NaN', r = 'NaN' WHERE id = 3")
+        execute("mariadb", f"UPDATE {ma} SET y = 2000 WHERE id = 3")
+        sc.run_once()
+        sc.assert_converged()
+        es = sc.held("search", pg)
+        assert (es["1"][1]["d"], es["1"][1]["r"], es["2"][1]["d"], es["3"][1]["d"]) == (
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "NaN",
+        )
+        assert es["1"][1]["ds"] == [1.5, 2.0]
+        cache = sc.held("cache", pg)
+        assert (cache["1"][1]["d"], cache["2"][1]["d"]) == ("nan", "-inf")
+        warehouse = sc.held("warehouse", pg)
+        assert str(warehouse["1"][1]["d"]) == "nan" and warehouse["2"][1]["d"] == float("-inf")
+        for follower in FOLLOWERS:
+            years = {k: doc.get("y") for k, (_, doc) in sc.held(follower, ma).items()}
+            assert {k: None if y is None else int(y) for k, y in years.items()} == {"1": 2155, "2": 1901, "3": 2000}

@@ -107,3 +107,13 @@ def test_a_change_carrying_debeziums_placeholder_is_refused_naming_the_column_an
         map_row(change({"id": 7, "big": value, "n": 2}), mapping)
     assert "['big']" in str(err.value) and "REPLICA IDENTITY" in str(err.value)
     assert map_row(change({"id": 7, "big": "x" * 5000, "n": 2}), mapping).doc == {"id": 7, "big": "x" * 5000, "n": 2}
+
+
+def test_floats_keep_nan_and_the_infinities_debezium_sends_as_text() -> None:
+    import math
+
+    assert math.isnan(convert("NaN", "float"))
+    assert (convert("Infinity", "float"), convert("-Infinity", "float")) == (math.inf, -math.inf)
+    assert convert(1.5, "float") == 1.5 and math.copysign(1, convert(-0.0, "float")) == -1
+    with pytest.raises(PoisonRecord):
+        convert("not a number", "float")

@@ -226,3 +226,18 @@ def test_elasticsearch_classification_of_plain_answers() -> None:
     )
     assert classify_item(418, {"type": "teapot_exception"}) == "unknown"
     assert classify_item(400, {}) == "unknown"
+
+
+def test_elasticsearch_stores_nan_and_the_infinities_as_text_it_can_hold() -> None:
+    """A JSON number cannot be NaN or infinite; the float field ignores the text, _source keeps it."""
+    from cdcsync.sync.sinks.elasticsearch import FIELD_TYPES, _json_safe
+
+    assert [_json_safe(v) for v in (float("nan"), float("inf"), float("-inf"), -0.0, 2.5)] == [
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        -0.0,
+        2.5,
+    ]
+    assert _json_safe([1.0, float("nan")]) == [1.0, "NaN"]
+    assert FIELD_TYPES["float"]["ignore_malformed"] is True
