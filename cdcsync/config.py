@@ -253,7 +253,10 @@ class FollowerConfig(_Strict):
     soft_delete: bool = False
     history: bool = False
     tables: list[str] | None = Field(None, description="source.namespace.table to follow (default: all)")
-    mappings: dict[str, TableMappingConfig] = Field(default_factory=dict, description="by namespace.table")
+    mappings: dict[str, TableMappingConfig] = Field(
+        default_factory=dict,
+        description="by namespace.table, or source.namespace.table for one source's table (that one wins)",
+    )
     username: str | None = Field(None, description="elasticsearch basic auth / redis ACL user")
     password: SecretStr | None = Field(None, description="elasticsearch basic auth / redis password")
     api_key: SecretStr | None = Field(None, description="elasticsearch API key (the encoded form, or id:key)")
@@ -346,6 +349,10 @@ class FollowerConfig(_Strict):
                 raise ValueError(f"tls_ca: no file {self.tls_ca}")
         return self
 
+    def mapping_for(self, source: str, table: TableRef) -> TableMappingConfig | None:
+        """The mapping a source's table takes: keyed by ``source.namespace.table``, else by ``namespace.table``."""
+        return self.mappings.get(f"{source}.{table}") or self.mappings.get(str(table))
+
     @property
     def dlq_topic(self) -> str:
         return self.dead_letter_topic or f"cdcsync.dlq.{self.name}"
@@ -365,6 +372,30 @@ class Config(_Strict):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"{what} names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _one_table_per_target(self) -> Config:
+        # Two sources may both have public.customers: in one follower they must land in two targets, and the
+        # advice must be one a user can follow (a namespace.table mapping would rename both). Other tables
+        # sharing a target are refused when the follower starts (sync.catalog.mappings_for), as before.
+        for follower in self.followers:
+            wanted = set(follower.tables) if follower.tables is not None else None
+            seen: dict[str, str] = {}
+            for source in self.sources:
+                for table in source.tables:
+                    name = f"{source.name}.{table}"
+                    if wanted is not None and name not in wanted:
+                        continue
+                    override = follower.mapping_for(source.name, table)
+                    target = (override.target if override and override.target else table.table).lower()
+                    if target in seen and seen[target].endswith(f".{table}"):  # the same namespace.table
+                        raise ValueError(
+                            f"followers[{follower.name}]: {seen[target]} and {name} both map to target {target!r}; "
+                            f"give one its own with mappings: {{'{name}': {{target: ...}}}} (a mapping keyed "
+                            "source.namespace.table applies to that source's table alone)"
+                        )
+                    seen[target] = name
         return self
 
     def follower(self, name: str) -> FollowerConfig:

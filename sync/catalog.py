@@ -131,7 +131,8 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
         if mapping.target in targets:
             raise FatalError(
                 f"follower {follower.name}: {targets[mapping.target]} and {source.name}.{table} both map to "
-                f"{mapping.target!r}; set mappings.<table>.target for one of them"
+                f"{mapping.target!r}; set mappings.'{source.name}.{table}'.target (or mappings.'<namespace>.<table>'"
+                ".target) for one of them"
             )
         targets[mapping.target] = f"{source.name}.{table}"
         result[source.topic(table)] = mapping
@@ -140,7 +141,7 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
 
 def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfig) -> TableMapping:
     """One table's mapping: its columns and key from the catalog as they are now, with the follower's overrides."""
-    override = follower.mappings.get(str(table))
+    override = follower.mapping_for(source.name, table)
     types, key_columns, filled = columns(source, table)
     if override:
         types.update(override.types)

@@ -90,3 +90,30 @@ def test_kind_mysql_is_refused_with_the_reason_and_the_alternative(tmp_path: Pat
     [problem] = err.value.problems
     assert problem.startswith("sources[0].kind: Value error, kind mysql is not supported yet")
     assert "server_uuid:N" in problem and "kind: mariadb" in problem
+
+
+def test_two_sources_with_the_same_table_in_one_follower_are_refused_at_load_with_advice_that_works(
+    tmp_path: Path,
+) -> None:
+    other = {**SOURCE, "name": "pg_eu"}
+    follower = {"name": "search", "kind": "elasticsearch", "url": "http://127.0.0.1:9200"}
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, {"sources": [SOURCE, other], "followers": [follower]}), env={})
+    message = str(err.value)
+    assert "pg_main.public.customers and pg_eu.public.customers both map to target 'customers'" in message
+    assert "'pg_eu.public.customers'" in message
+    # The advice, followed: a mapping keyed by source.namespace.table renames that source's table alone.
+    both = {**follower, "mappings": {"pg_eu.public.customers": {"target": "eu_customers"}, "sales.orders": {}}}
+    with pytest.raises(ConfigError, match="pg_main.sales.orders and pg_eu.sales.orders"):
+        load_config(write(tmp_path, {"sources": [SOURCE, other], "followers": [both]}), env={})
+    fixed = {
+        **follower,
+        "mappings": {"pg_eu.public.customers": {"target": "eu_customers"}, "pg_eu.sales.orders": {"target": "eu_o"}},
+    }
+    cfg = load_config(write(tmp_path, {"sources": [SOURCE, other], "followers": [fixed]}), env={})
+    search, main, eu = cfg.followers[0], cfg.sources[0], cfg.sources[1]
+    assert search.mapping_for(main.name, main.tables[0]) is None
+    assert search.mapping_for(eu.name, eu.tables[0]).target == "eu_customers"  # type: ignore[union-attr]
+    # A follower that takes one of the two tables only is fine as it is.
+    one = {**follower, "tables": ["pg_main.public.customers", "pg_eu.sales.orders"]}
+    load_config(write(tmp_path, {"sources": [SOURCE, other], "followers": [one]}), env={})
