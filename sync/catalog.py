@@ -9,15 +9,19 @@ the rows themselves.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import date
 from typing import Any
 
+import psycopg
 import pymysql  # type: ignore[import-untyped]
+from psycopg.adapt import Loader
 from psycopg.rows import dict_row
+from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.db import connect_mariadb, connect_postgres
 from cdcsync.errors import FatalError
-from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.mapping import EARLIEST, LATEST, TableMapping
 
 POSTGRES_TYPES = {
     "numeric": "decimal",
@@ -115,11 +119,19 @@ def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tupl
             types[name] = (
                 "json"
                 if name in json_columns
-                else ("bool" if column_type.lower() == "tinyint(1)" else MARIADB_TYPES.get(kind.lower(), "text"))
+                else ("bool" if column_type.lower() == "tinyint(1)" else _mariadb_type(kind, column_type))
             )
     if not rows:
         raise FatalError(f"source {source.name}: table {table} not found while reading its columns")
     return types, tuple(k[0] for k in key), filled
+
+
+def _mariadb_type(data_type: str, column_type: str) -> str:
+    # BIGINT UNSIGNED reaches 2^64 - 1, past a signed 64-bit integer: Debezium sends it as a decimal
+    # (bigint.unsigned.handling.mode=precise), and every store keeps it as one.
+    if data_type.lower() == "bigint" and "unsigned" in column_type.lower():
+        return "decimal"
+    return MARIADB_TYPES.get(data_type.lower(), "text")
 
 
 def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMapping]:
@@ -170,12 +182,48 @@ def learner(config: Config, follower: FollowerConfig) -> Callable[[str], TableMa
 def source_rows(source: SourceConfig, table: TableRef) -> Iterator[dict[str, Any]]:
     """Every row of a source table, as the database driver returns it (verify)."""
     if source.kind == "postgres":
-        with connect_postgres(source) as conn, conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
-            cur.execute(f'SELECT * FROM "{table.namespace}"."{table.table}"')
-            yield from cur
+        with connect_postgres(source) as conn:
+            for name, loader in _FAR_LOADERS.items():
+                conn.adapters.register_loader(name, loader)
+            yield from _postgres_rows(conn, table)
     else:
         conn = connect_mariadb(source)
         with conn, conn.cursor(pymysql.cursors.SSDictCursor) as cur:
             cur.execute(f"SELECT * FROM `{table.namespace}`.`{table.table}`")
             for row in cur:
                 yield dict(row)
+
+
+def _postgres_rows(conn: psycopg.Connection, table: TableRef) -> Iterator[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
+        cur.execute(f'SELECT * FROM "{table.namespace}"."{table.table}"')
+        yield from cur
+
+
+def _far_loader(base: type[Loader], latest: Any, earliest: Any) -> type[Loader]:
+    """``base`` that reads 'infinity' as the stores hold it (sync.mapping), and a value Python cannot hold as text.
+
+    psycopg refuses both (``DataError``: "timestamp too large (after year 10K)", BC dates), which ended a
+    ``verify`` in a traceback; as text, such a row is reported like any other that differs.
+    """
+
+    class FarLoader(base):  # type: ignore[valid-type,misc]
+        def load(self, data: Any) -> Any:
+            text = bytes(data)
+            if text == b"infinity":
+                return latest
+            if text == b"-infinity":
+                return earliest
+            try:
+                return super().load(data)
+            except psycopg.DataError:
+                return text.decode()
+
+    return FarLoader
+
+
+_FAR_LOADERS = {
+    "timestamp": _far_loader(TimestampLoader, LATEST.replace(tzinfo=None), EARLIEST.replace(tzinfo=None)),
+    "timestamptz": _far_loader(TimestamptzLoader, LATEST, EARLIEST),
+    "date": _far_loader(DateLoader, date.max, date.min),
+}

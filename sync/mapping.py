@@ -135,8 +135,35 @@ def _key_value(key: Mapping[str, Any], column: str, mapping: TableMapping) -> An
         ) from None
 
 
+# Postgres' 'infinity' and '-infinity' have no Python value (nor one in Delta or Elasticsearch): they are the
+# largest and smallest value every store holds (docs/types.md). As Debezium sends them (a timestamp's
+# microseconds overflow, a date's days overflow), and as Postgres writes them (timestamptz, the source copy).
+LATEST = datetime.max.replace(tzinfo=UTC)
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+_FAR_TIMESTAMPS = {
+    "infinity": LATEST,
+    "-infinity": EARLIEST,
+    "+294247-01-10T04:00:25.2Z": LATEST,
+    "-290308-12-21T19:59:27.6Z": EARLIEST,
+}
+_FAR_DATES = {
+    "infinity": date.max,
+    "-infinity": date.min,
+    "-5877611-06-21": date.max,  # streamed (pgoutput's text, overflowed)
+    "-5877611-06-22": date.min,
+    "+292278994-08-16": date.max,  # the initial snapshot (pgjdbc's stand-ins for the infinities)
+    "+292269055-12-02": date.min,
+}
+
+
 def _date(value: str) -> date:
-    return date.fromisoformat(value.removesuffix("Z"))
+    text = value.removesuffix("Z")
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        if text in _FAR_DATES:
+            return _FAR_DATES[text]
+        raise
 
 
 def _time(value: str) -> time:
@@ -144,8 +171,26 @@ def _time(value: str) -> time:
 
 
 def _timestamp(value: str) -> datetime:
-    parsed = datetime.fromisoformat(value)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        if value in _FAR_TIMESTAMPS:
+            return _FAR_TIMESTAMPS[value]
+        raise
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+# Postgres numeric's infinities (14+), as Debezium's string mode sends them; its NaN arrives as "NAN".
+_FAR_DECIMALS = {"POSITIVE_INFINITY": Decimal("Infinity"), "NEGATIVE_INFINITY": Decimal("-Infinity")}
+
+
+def _decimal(value: Any) -> Decimal:
+    try:
+        return Decimal(value)
+    except ArithmeticError:
+        if value in _FAR_DECIMALS:
+            return _FAR_DECIMALS[value]
+        raise
 
 
 def _json_value(value: Any) -> Any:
@@ -163,7 +208,7 @@ def _float(value: Any) -> float:
 
 # Debezium JSON value -> canonical Python value, per type; types not listed pass unchanged.
 _CONVERTERS: dict[str, Any] = {
-    "decimal": Decimal,
+    "decimal": _decimal,
     "date": _date,
     "time": _time,
     "timestamp": _timestamp,
@@ -235,7 +280,7 @@ def _bytes_key(value: Any) -> str:
 
 
 def _decimal_key(value: Any) -> str:
-    return format(value if isinstance(value, Decimal) else Decimal(value), "f")
+    return format(value if isinstance(value, Decimal) else _decimal(value), "f")
 
 
 # Key value (Debezium's JSON or a driver's) -> its id text, per type; str() for types not listed (int, text).

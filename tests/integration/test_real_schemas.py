@@ -10,6 +10,7 @@ clients for the values that went wrong.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,14 @@ from cdcsync.connectors.source_setup import carry_out, plan
 from cdcsync.errors import PreflightError
 from cdcsync.sync.mapping import PLACEHOLDER
 from tests.integration.followers import scenario
-from tests.support import config_for, drop_capture, execute, pg_connect, source_dict, uid
+from tests.support import (
+    config_for,
+    drop_capture,
+    execute,
+    pg_connect,
+    source_dict,
+    uid,
+)
 
 FOLLOWERS = ("search", "cache", "warehouse")
 
@@ -200,3 +208,47 @@ def test_nan_infinities_and_years_reach_every_store_as_the_database_holds_them(s
         for follower in FOLLOWERS:
             years = {k: doc.get("y") for k, (_, doc) in sc.held(follower, ma).items()}
             assert {k: None if y is None else int(y) for k, y in years.items()} == {"1": 2155, "2": 1901, "3": 2000}
+
+
+def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_stores(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Postgres 'infinity' (timestamp, timestamptz, date, numeric) and MariaDB BIGINT UNSIGNED up to 2^64 - 1.
+
+    The timestamps and dates are the latest and earliest values each store holds; ``verify`` reads the
+    source's infinities the same way instead of ending in a traceback. A numeric infinity or NaN reaches
+    Elasticsearch and Redis; the warehouse's DECIMAL(38,10) has no such value (docs/types.md).
+    """
+    u = uid()
+    pg, num, ma = f"far_{u}", f"num_{u}", f"unsigned_{u}"
+    ddl = {
+        "postgres": [
+            f"CREATE TABLE {pg} (id int PRIMARY KEY, ts timestamp, tz timestamptz, d date)",
+            f"INSERT INTO {pg} VALUES (1, 'infinity', 'infinity', 'infinity'),"
+            f" (2, '-infinity', '-infinity', '-infinity'), (3, '2024-02-29 12:00', '2024-02-29 12:00Z', '2024-02-29')",
+            f"CREATE TABLE {num} (id int PRIMARY KEY, n numeric)",
+            f"INSERT INTO {num} VALUES (1, 'Infinity'), (2, '-Infinity'), (3, 'NaN'), (4, 12.50)",
+        ],
+        "mariadb": [
+            f"CREATE TABLE {ma} (id BIGINT UNSIGNED PRIMARY KEY, n BIGINT UNSIGNED, s BIGINT)",
+            f"INSERT INTO {ma} VALUES (18446744073709551615, 18446744073709551615, -9223372036854775808),"
+            " (1, 9223372036854775808, 9223372036854775807)",
+        ],
+    }
+    tables = {"postgres": [f"public.{pg}", f"public.{num}"], "mariadb": [f"inventory.{ma}"]}
+    with scenario(spark, tmp_path, tables, ddl) as sc:
+        sc.run_once()
+        execute("postgres", f"UPDATE {pg} SET ts = 'infinity' WHERE id = 3", f"UPDATE {num} SET n = 'NaN' WHERE id = 4")
+        execute("mariadb", f"UPDATE {ma} SET n = n - 1 WHERE id = 1")
+        sc.run_once()
+        bad = [r.as_dict() for r in sc.verify() if not r.clean and not (r.follower == "warehouse" and r.target == num)]
+        assert not bad, json.dumps(bad)
+        for follower in FOLLOWERS:
+            held = sc.held(follower, pg)
+            assert str(held["1"][1]["ts"]).startswith("9999-12-31") and str(held["2"][1]["d"]).startswith("0001-01-01")
+            assert str(held["3"][1]["ts"]).startswith("9999-12-31"), follower
+            unsigned = {k: int(doc["n"]) for k, (_, doc) in sc.held(follower, ma).items()}
+            assert unsigned == {"18446744073709551615": 2**64 - 1, "1": 2**63 - 1}, follower
+        for follower in ("search", "cache"):
+            numbers = {k: str(doc["n"]) for k, (_, doc) in sc.held(follower, num).items()}
+            assert numbers == {"1": "Infinity", "2": "-Infinity", "3": "NaN", "4": "NaN"}, follower

@@ -117,3 +117,31 @@ def test_floats_keep_nan_and_the_infinities_debezium_sends_as_text() -> None:
     assert convert(1.5, "float") == 1.5 and math.copysign(1, convert(-0.0, "float")) == -1
     with pytest.raises(PoisonRecord):
         convert("not a number", "float")
+
+
+def test_postgres_infinities_are_the_latest_and_earliest_values_every_store_holds() -> None:
+    """As Debezium sends them (overflowed renderings) and as Postgres writes them (timestamptz, a source copy)."""
+    latest, earliest = datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC)
+    for text, expected in {
+        "+294247-01-10T04:00:25.2Z": latest,  # timestamp 'infinity'
+        "-290308-12-21T19:59:27.6Z": earliest,
+        "infinity": latest,  # timestamptz
+        "-infinity": earliest,
+    }.items():
+        assert convert(text, "timestamp") == expected, text
+    assert convert("-5877611-06-21Z", "date") == date.max and convert("-5877611-06-22Z", "date") == date.min
+    assert convert("infinity", "date") == date.max and convert("+292278994-08-16Z", "date") == date.max
+    assert canonical_doc({"t": datetime.max}, TableMapping("public.t", "t", types={"t": "timestamp"})) == {"t": latest}
+    assert doc_id({"k": "infinity"}, TableMapping("public.t", "t", ("k",), types={"k": "timestamp"})) == (
+        "9999-12-31T23:59:59.999999+00:00"
+    )
+    with pytest.raises(PoisonRecord):
+        convert("+300000-01-01T00:00:00Z", "timestamp")  # a real value past year 9999: no store holds it
+
+
+def test_numeric_infinities_and_nan_as_debezium_sends_them() -> None:
+    assert convert("POSITIVE_INFINITY", "decimal") == Decimal("Infinity")
+    assert convert("NEGATIVE_INFINITY", "decimal") == Decimal("-Infinity")
+    assert convert("NAN", "decimal").is_nan()
+    assert scalar_text(convert("POSITIVE_INFINITY", "decimal")) == "Infinity"
+    assert convert("18446744073709551615", "decimal") == Decimal(2**64 - 1)  # MariaDB BIGINT UNSIGNED, precise
