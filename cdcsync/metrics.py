@@ -57,6 +57,11 @@ CAPTURE_HEARTBEAT_AGE = Gauge(
     "Seconds since the source's Debezium heartbeat topic last grew (idle sources keep heartbeating; stuck ones stop)",
     ["source"],
 )
+CAPTURE_UNRECOVERABLE = Gauge(
+    "cdcsync_capture_unrecoverable",
+    "1 while a source's connector is FAILED on an error a restart cannot fix (the watchdog names the fix), else 0",
+    ["source"],
+)
 CAPTURE_HEALS = Counter(
     "cdcsync_capture_heals_total",
     "Actions the capture watchdog took: restart_failed, restart_stalled, slot_freed",

@@ -100,6 +100,7 @@ def check_mariadb(source: SourceConfig) -> list[str]:
                 f"{where}: {source.user} lacks REPLICATION SLAVE; run GRANT REPLICATION SLAVE, BINLOG MONITOR, "
                 f"RELOAD, SELECT ON *.* TO '{source.user}'@'%'"
             )
+        problems.extend(_unparseable_columns(cur, source, where))
         for table in source.tables:
             cur.execute(
                 "SELECT t.table_name, EXISTS (SELECT 1 FROM information_schema.table_constraints c"
@@ -115,6 +116,37 @@ def check_mariadb(source: SourceConfig) -> list[str]:
                 )
             elif not row[1]:
                 problems.append(f"{where}: table {table} has no primary key; topics are keyed and compacted by it")
+    return problems
+
+
+# MariaDB column types Debezium 3.2's DDL parser does not know: reading such a table's DDL fails the connector.
+UNPARSEABLE_TYPES = {"inet4": "VARCHAR(15) or INT UNSIGNED", "inet6": "VARCHAR(39) or BINARY(16)"}
+
+
+def _unparseable_columns(cur: pymysql.cursors.Cursor, source: SourceConfig, where: str) -> list[str]:
+    """Columns, in any table of the captured databases, whose DDL would stop the connector.
+
+    The connector keeps the DDL of every table of its databases (docs/capture.md, "Signals"), captured or
+    not, so one such table anywhere in them fails it, in its snapshot or when it reads the statement.
+    """
+    databases = sorted({t.namespace for t in source.tables})
+    marks = ", ".join(["%s"] * len(databases))
+    cur.execute(
+        "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns"
+        f" WHERE table_schema IN ({marks}) AND LOWER(data_type) IN ('inet4', 'inet6')"
+        " ORDER BY table_schema, table_name, ordinal_position",
+        databases,
+    )
+    captured = {str(t) for t in source.tables}
+    problems = []
+    for schema, table, column, kind in cur.fetchall():
+        name = f"{schema}.{table}"
+        scope = "" if name in captured else f", which is not captured but lives in captured database {schema}"
+        problems.append(
+            f"{where}: table {name}{scope}: column {column} is {kind.upper()}, a type Debezium's DDL parser cannot "
+            f"read, so capture of database {schema} would stop; change it to {UNPARSEABLE_TYPES[kind.lower()]}, "
+            "or move the table to a database this source does not capture (docs/capture.md)"
+        )
     return problems
 
 

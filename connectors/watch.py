@@ -21,6 +21,10 @@ watchdog beside its followers; per source, every ``WATCH_S``:
   the offset Connect committed for the connector (``connectors.restore``). A
   database restored from a backup is behind it; nothing can heal that, and
   the problem names the repair.
+- **FAILED on an error no restart fixes** (``unrecoverable``: Debezium's DDL
+  parser failing on a statement it re-reads after every restart): no restart
+  loop; the problem names the table, the column and the fix, the log says it
+  once, and ``cdcsync_capture_unrecoverable`` is 1.
 - What it cannot heal (connector missing, still stalled or failed) it reports:
   ``health()`` feeds ``/healthz``, and every action is a log line and a count
   in ``cdcsync_capture_heals_total``; ``cdcsync_capture_heartbeat_age_seconds``
@@ -30,6 +34,7 @@ watchdog beside its followers; per source, every ``WATCH_S``:
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +71,32 @@ class SourceState:
     @property
     def stall_after_s(self) -> float:
         return max(STALL_MIN_S, 10 * self.source.heartbeat_interval_ms / 1000)
+
+
+# Debezium's DDL parser failed on a statement in the binlog: the task re-reads the same event after every restart.
+UNPARSEABLE_DDL = re.compile(r"DDL statement couldn't be parsed[^']*'(?P<ddl>[^\n]{0,200})")
+DDL_TABLE = re.compile(r"(?:CREATE|ALTER)\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?([`\w.]+)", re.I)
+# ANTLR's "no viable alternative at input '...<column> <type>'": the last column and the type it stopped at.
+UNKNOWN_TYPE = re.compile(r"no viable alternative at input '[^\n]*[\s(,]`?(\w+)`?\s+(\w+)'?[ \t]*$", re.M)
+
+
+def unrecoverable(trace: str) -> str | None:
+    """What to do about a FAILED task's error that no restart fixes, or None when a restart may (pure)."""
+    found = UNPARSEABLE_DDL.search(trace)
+    if not found:
+        return None
+    table = DDL_TABLE.search(found.group("ddl"))
+    column = UNKNOWN_TYPE.search(trace)
+    what = f"table {table.group(1).replace('`', '')}" if table else "a table"
+    if column:
+        what += f", column {column.group(1)} of type {column.group(2).lower()}"
+    return (
+        f"Debezium cannot parse the DDL of {what} (a type its MariaDB parser does not know, such as INET4 or "
+        "INET6), and every restart re-reads it. Change that column's type or move the table out of the captured "
+        "database, then create the connector anew past the statement: DELETE /connectors/<source> on Kafka "
+        "Connect and run `cdcsync connectors apply` (a new snapshot; followers rank its rows by version, nothing "
+        'is lost). docs/capture.md, "Types Debezium cannot parse"'
+    )
 
 
 def heal_backoff_s(heals_in_row: int) -> float:
@@ -109,9 +140,18 @@ class CaptureWatch:
         failed = [t for t in status.get("tasks", []) if t.get("state") == "FAILED"]
         if status["connector"]["state"] == "FAILED" or failed:
             trace = (failed[0].get("trace") if failed else status["connector"].get("trace")) or ""
+            fix = unrecoverable(trace)
+            metrics.CAPTURE_UNRECOVERABLE.labels(name).set(1 if fix else 0)
+            if fix:  # a restart would fail the same way, in a loop: say so once, and what to do
+                problem = f"FAILED, not restarted: {fix}"
+                if problem != state.problem:
+                    log.error("source=%s capture=failed restart=no problem=%s", name, fix)
+                state.problem = problem
+                return
             state.problem = f"FAILED: {trace.strip().splitlines()[0][:300] if trace.strip() else 'no trace'}"
             self._heal(state, now, "restart_failed", lambda: self.client.restart(name))
             return
+        metrics.CAPTURE_UNRECOVERABLE.labels(name).set(0)
         end = self._heartbeat_end(state.source)
         if end != state.heartbeat_end:
             if state.heartbeat_end >= 0 and state.heals_in_row:

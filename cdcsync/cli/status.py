@@ -99,6 +99,7 @@ def status(ctx: click.Context, as_json: bool, metrics_host: str, metrics_port: i
 
 def capture_checks(config: Any) -> list[Check]:
     from cdcsync.connectors.client import ConnectClient
+    from cdcsync.connectors.watch import unrecoverable
     from cdcsync.errors import CdcsyncError
     from cdcsync.sync.lag import LagReader
 
@@ -133,8 +134,10 @@ def capture_checks(config: Any) -> list[Check]:
         notes = []
         failed = [t for t in tasks if t.get("state") == "FAILED"]
         if failed:
-            trace = (failed[0].get("trace") or "").strip().splitlines()
-            notes.append(f"task {failed[0].get('id')} FAILED: {trace[0][:300] if trace else 'no trace'}")
+            full = failed[0].get("trace") or ""
+            trace, fix = full.strip().splitlines(), unrecoverable(full)
+            first = trace[0][:300] if trace else "no trace"
+            notes.append(f"task {failed[0].get('id')} FAILED: {f'not restartable: {fix}' if fix else first}")
         if not tasks:
             notes.append("no task")
         produced = lag.get(source.name)

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cdcsync.connectors.apply import apply
+from cdcsync import metrics
+from cdcsync.connectors.apply import apply, client_for
 from cdcsync.connectors.source_setup import carry_out, plan
+from cdcsync.connectors.watch import CaptureWatch
 from cdcsync.errors import PreflightError
 from cdcsync.sync.mapping import PLACEHOLDER
 from tests.integration.followers import scenario
@@ -27,9 +31,11 @@ from tests.support import (
     config_for,
     drop_capture,
     execute,
+    maria_connect,
     pg_connect,
     source_dict,
     uid,
+    wait_streaming,
 )
 
 FOLLOWERS = ("search", "cache", "warehouse")
@@ -252,3 +258,64 @@ def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_s
         for follower in ("search", "cache"):
             numbers = {k: str(doc["n"]) for k, (_, doc) in sc.held(follower, num).items()}
             assert numbers == {"1": "Infinity", "2": "-Infinity", "3": "NaN", "4": "NaN"}, follower
+
+
+@contextmanager
+def _maria_database(*ddl: str) -> Iterator[str]:
+    """A database of its own: a DDL Debezium cannot parse stops every connector that reads it, so not inventory."""
+    db = f"inet_{uid()}"
+    conn = maria_connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {db}")
+            for statement in ddl:
+                cur.execute(statement.format(db=db))
+        yield db
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        conn.close()
+
+
+def test_a_mariadb_type_debeziums_parser_cannot_read_is_refused_at_apply_even_in_a_table_not_captured() -> None:
+    with _maria_database(
+        "CREATE TABLE {db}.ok (id int PRIMARY KEY, v int)",
+        "CREATE TABLE {db}.hosts (id int PRIMARY KEY, addr INET6, v4 INET4)",
+    ) as db:
+        config = config_for(source_dict("mariadb", f"inet{uid()}", [f"{db}.ok"], database=db))
+        try:
+            with pytest.raises(PreflightError) as err:
+                apply(config)
+            message = str(err.value)
+            assert f"table {db}.hosts, which is not captured but lives in captured database {db}" in message
+            assert "column addr is INET6" in message and "column v4 is INET4" in message
+            assert client_for(config).get_config(config.sources[0].name) is None  # nothing registered
+        finally:
+            drop_capture(config)
+
+
+def test_a_ddl_debezium_cannot_parse_while_streaming_stops_capture_loudly_without_a_restart_loop() -> None:
+    """The watchdog, against the real Connect: the failed task is not restarted, and the fix is named."""
+    with _maria_database("CREATE TABLE {db}.ok (id int PRIMARY KEY, v int)") as db:
+        config = config_for(source_dict("mariadb", f"inet{uid()}", [f"{db}.ok"], database=db))
+        source = config.sources[0]
+        try:
+            apply(config)
+            wait_streaming(config)
+            with maria_connect().cursor() as cur:
+                cur.execute(f"CREATE TABLE {db}.hosts (id int PRIMARY KEY, addr INET6)")
+            client = client_for(config)
+            deadline = time.monotonic() + 90
+            while not any(t["state"] == "FAILED" for t in (client.status(source.name) or {}).get("tasks", [])):
+                assert time.monotonic() < deadline, client.status(source.name)
+                time.sleep(1)
+            watch = CaptureWatch(config)
+            restarts = metrics.CAPTURE_HEALS.labels(source.name, "restart_failed")._value.get()
+            watch.tick()
+            healthy, problems = watch.health()
+            assert not healthy and "FAILED, not restarted" in problems[0], problems
+            assert f"table {db}.hosts, column addr of type inet6" in problems[0]
+            assert metrics.CAPTURE_HEALS.labels(source.name, "restart_failed")._value.get() == restarts
+            assert metrics.CAPTURE_UNRECOVERABLE.labels(source.name)._value.get() == 1
+        finally:
+            drop_capture(config)

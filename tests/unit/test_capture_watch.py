@@ -29,13 +29,14 @@ SOURCE = {
 class Connect:
     def __init__(self) -> None:
         self.state, self.task = "RUNNING", "RUNNING"
+        self.trace = "PSQLException: not yet accepting"
         self.calls: list[str] = []
 
     def status(self, name: str) -> dict[str, Any]:
         task = {
             "id": 0,
             "state": self.task,
-            **({"trace": "PSQLException: not yet accepting"} if self.task == "FAILED" else {}),
+            **({"trace": self.trace} if self.task == "FAILED" else {}),
         }
         return {"connector": {"state": self.state}, "tasks": [task]}
 
@@ -136,3 +137,35 @@ def test_a_database_still_down_does_not_stop_the_watch_restarting_its_failed_tas
     assert connect.calls == ["restart"]
     assert watch.sources[0].went_back == ""  # not known while the database is down: no restore is claimed
     assert watch.sources[0].next_restore_check <= watch.now + w.WATCH_S  # tried again at the next tick
+
+
+def test_a_ddl_debezium_cannot_parse_is_not_restarted_and_the_table_column_and_fix_are_named() -> None:
+    """A trace as Kafka Connect reports it for a MariaDB table with an INET6 column (Debezium 3.2)."""
+    from pathlib import Path
+
+    from cdcsync.connectors.watch import unrecoverable
+
+    trace = (Path(__file__).parent / "fixtures" / "mariadb-ddl-parse-trace.txt").read_text()
+    fix = unrecoverable(trace)
+    assert fix is not None
+    assert "table edge_e86f1fd5, column i6 of type inet6" in fix
+    assert "DELETE /connectors/<source>" in fix and "cdcsync connectors apply" in fix
+    # Errors a restart can heal keep being restarted.
+    assert unrecoverable("org.postgresql.util.PSQLException: FATAL: the database system is starting up") is None
+    assert unrecoverable("") is None
+
+    from cdcsync import metrics
+
+    connect = Connect()
+    watch = Watch(connect)
+    connect.task, connect.trace = "FAILED", trace
+    for _ in range(3):
+        watch.tick()
+        watch.now += w.RESTART_CAP_S
+    assert connect.calls == []  # no restart loop
+    healthy, problems = watch.health()
+    assert not healthy and problems == [f"capture pg: FAILED, not restarted: {fix}"]
+    assert metrics.CAPTURE_UNRECOVERABLE.labels("pg")._value.get() == 1
+    connect.task = "RUNNING"  # fixed by hand (the connector made anew)
+    watch.tick()
+    assert metrics.CAPTURE_UNRECOVERABLE.labels("pg")._value.get() == 0
