@@ -17,6 +17,7 @@ import pymysql  # type: ignore[import-untyped]
 from psycopg.adapt import Loader
 from psycopg.rows import dict_row
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
+from psycopg.types.string import TextLoader
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.db import connect_mariadb, connect_postgres
@@ -183,7 +184,7 @@ def source_rows(source: SourceConfig, table: TableRef) -> Iterator[dict[str, Any
     """Every row of a source table, as the database driver returns it (verify)."""
     if source.kind == "postgres":
         with connect_postgres(source) as conn:
-            for name, loader in _FAR_LOADERS.items():
+            for name, loader in _LOADERS.items():
                 conn.adapters.register_loader(name, loader)
             yield from _postgres_rows(conn, table)
     else:
@@ -222,7 +223,11 @@ def _far_loader(base: type[Loader], latest: Any, earliest: Any) -> type[Loader]:
     return FarLoader
 
 
-_FAR_LOADERS = {
+_LOADERS: dict[str, type[Loader]] = {
+    # JSON as its text, as MariaDB's driver returns it: decoded here, a JSON string value could not be told
+    # from JSON text by canonical_value.
+    "json": TextLoader,
+    "jsonb": TextLoader,
     "timestamp": _far_loader(TimestampLoader, LATEST.replace(tzinfo=None), EARLIEST.replace(tzinfo=None)),
     "timestamptz": _far_loader(TimestamptzLoader, LATEST, EARLIEST),
     "date": _far_loader(DateLoader, date.max, date.min),

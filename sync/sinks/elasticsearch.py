@@ -115,6 +115,7 @@ DECIMAL_FIELD: dict[str, Any] = {
     "ignore_malformed": True,
     "fields": {"exact": {"type": "keyword"}},
 }
+JSON_FIELD: dict[str, Any] = {"type": "object", "enabled": False}
 FIELD_TYPES: dict[str, dict[str, Any]] = {
     "decimal": DECIMAL_FIELD,
     "text": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}},  # = dynamic's
@@ -122,7 +123,10 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "timestamp": {"type": "date"},  # _source keeps the microseconds; the index has millisecond precision
     "time": {"type": "keyword"},  # a time of day has no date to parse
     "uuid": {"type": "keyword"},
-    "json": {"type": "object", "dynamic": True},
+    # A json column may hold an object in one row and a string, number, array or null in another: a dynamic
+    # object refused every row whose shape differed from the first (a mapping conflict). Not parsed, any JSON
+    # value is kept exactly in _source; its content is not searchable (docs/types.md).
+    "json": JSON_FIELD,
     "bytes": {"type": "binary"},
     "bool": {"type": "boolean"},
     "int": {"type": "long"},
@@ -214,7 +218,7 @@ class ElasticsearchSink:
         alias_body = {"is_write_index": True, "filter": HIDE_MARKERS}
         for _attempt in range(2):  # a second pass only after losing a creation race
             if indices.exists_alias(name=alias):
-                props = self._keep_legacy_decimals(alias, props)
+                props = self._keep_legacy_fields(alias, props)
                 try:  # additive; a changed type is a 400, and only a reindex can apply it
                     indices.put_mapping(index=alias, properties=props)
                 except ApiError as err:
@@ -237,25 +241,35 @@ class ElasticsearchSink:
                 if error_type(err.body) != "resource_already_exists_exception":
                     raise
 
-    def _keep_legacy_decimals(self, alias: str, props: dict[str, Any]) -> dict[str, Any]:
-        """Leave decimals an index of an earlier cdcsync mapped ``keyword`` as they are, and say how to upgrade.
+    def _keep_legacy_fields(self, alias: str, props: dict[str, Any]) -> dict[str, Any]:
+        """Leave fields an index of an earlier cdcsync mapped otherwise as they are, and say how to upgrade.
 
-        Those fields still hold the exact digits, and readers' term queries work; a mapping cannot turn a
-        keyword into a double in place, so only a reindex (a new generation, mapped as today) makes them numbers.
+        Decimals mapped ``keyword`` still hold the exact digits, and readers' term queries work; json columns
+        mapped as a dynamic object still take rows of the first row's shape. A mapping can change neither in
+        place, so only a reindex (a new generation, mapped as today) does.
         """
         held: dict[str, Any] = {}
         for index in self._client.indices.get_mapping(index=alias).values():
             held.update(index.get("mappings", {}).get("properties", {}))
-        legacy = [f for f, m in props.items() if m == DECIMAL_FIELD and held.get(f, {}).get("type") == "keyword"]
-        if legacy:
+        decimals = [f for f, m in props.items() if m == DECIMAL_FIELD and held.get(f, {}).get("type") == "keyword"]
+        if decimals:
             log.warning(
                 "index=%s decimal fields %s are keyword (mapped by an earlier cdcsync): exact, but no range "
                 "query or numeric sort; `cdcsync reindex %s` rebuilds them as numbers",
                 alias,
-                legacy,
+                decimals,
                 self.name,
             )
-        return {f: m for f, m in props.items() if f not in legacy}
+        objects = [f for f, m in props.items() if m == JSON_FIELD and f in held and held[f].get("enabled", True)]
+        if objects:
+            log.warning(
+                "index=%s json fields %s are dynamic objects (mapped by an earlier cdcsync): a row whose value has "
+                "another shape is dead-lettered; `cdcsync reindex %s` maps them to take any JSON value",
+                alias,
+                objects,
+                self.name,
+            )
+        return {f: m for f, m in props.items() if f not in decimals and f not in objects}
 
     def settle(self) -> None:
         """Nothing deferred: ``forget`` removes the fields at once."""

@@ -260,6 +260,41 @@ def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_s
             assert numbers == {"1": "Infinity", "2": "-Infinity", "3": "NaN", "4": "NaN"}, follower
 
 
+def test_a_json_column_holding_objects_arrays_scalars_and_null_reaches_every_store(spark: Any, tmp_path: Path) -> None:
+    """One column, every shape of JSON value in different rows: Elasticsearch refused all but the first shape."""
+    u = uid()
+    pg, ma = f"shapes_{u}", f"mshapes_{u}"
+    values = ['{"a": {"b": [1, 2]}}', '"text"', "42", '[1, "x", null]', "null", '{"a": "now a string"}', "true"]
+    ddl = {
+        "postgres": [
+            f"CREATE TABLE {pg} (id int PRIMARY KEY, j jsonb, k json)",
+            *(f"INSERT INTO {pg} VALUES ({i}, '{v}', '{v}')" for i, v in enumerate(values)),
+        ],
+        "mariadb": [
+            f"CREATE TABLE {ma} (id int PRIMARY KEY, j JSON)",
+            *(f"INSERT INTO {ma} VALUES ({i}, '{v}')" for i, v in enumerate(values)),
+        ],
+    }
+    tables = {"postgres": [f"public.{pg}"], "mariadb": [f"inventory.{ma}"]}
+    with scenario(spark, tmp_path, tables, ddl) as sc:
+        sc.run_once()
+        execute("postgres", f"UPDATE {pg} SET j = '[]' WHERE id = 0", f"UPDATE {pg} SET k = '{{}}' WHERE id = 1")
+        execute("mariadb", f"UPDATE {ma} SET j = '\"swapped\"' WHERE id = 0")
+        sc.run_once()
+        sc.assert_converged()
+        docs = {k: doc for k, (_, doc) in sc.held("search", pg).items()}  # _source, through Elasticsearch's client
+        assert [docs[str(i)]["j"] for i in range(len(values))] == [
+            [],
+            "text",
+            42,
+            [1, "x", None],
+            None,
+            {"a": "now a string"},
+            True,
+        ]
+        assert docs["1"]["k"] == {}
+
+
 @contextmanager
 def _maria_database(*ddl: str) -> Iterator[str]:
     """A database of its own: a DDL Debezium cannot parse stops every connector that reads it, so not inventory."""
