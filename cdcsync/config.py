@@ -223,7 +223,20 @@ class TableMappingConfig(_Strict):
     types: dict[
         str,
         Literal[
-            "decimal", "date", "time", "timestamp", "json", "bytes", "bool", "uuid", "int", "float", "text", "array"
+            "decimal",
+            "date",
+            "time",
+            "timestamp",
+            "json",
+            "bytes",
+            "bool",
+            "uuid",
+            "int",
+            "float",
+            "text",
+            "array",
+            "point",
+            "geometry",
         ],
     ] = Field(default_factory=dict)
 

@@ -42,6 +42,7 @@ POSTGRES_TYPES = {
     "real": "float",
     "double precision": "float",
     "ARRAY": "array",
+    "point": "point",
 }
 MARIADB_TYPES = {
     "decimal": "decimal",
@@ -62,6 +63,11 @@ MARIADB_TYPES = {
     "int": "int",
     "bigint": "int",
     "year": "int",  # Debezium sends YEAR as a number, the driver reads it as one
+    "point": "point",
+    **dict.fromkeys(
+        ("geometry", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"),
+        "geometry",
+    ),
     "float": "float",
     "double": "float",
 }

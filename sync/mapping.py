@@ -18,6 +18,8 @@ type           canonical Python value     from Debezium's JSON                 i
 ``bool``       ``bool``                   ``true`` or ``1`` (MariaDB BOOLEAN)  ``str(value)`` as read
 ``uuid``       ``str`` (canonical form)   ``"a0ee..."``                        ``a0ee...`` (lower case)
 ``float``      ``float``, NaN and ±inf    ``1.5``, ``"NaN"``, ``"-Infinity"``  ``str(value)``
+``point``      dict ``{x, y, wkb, srid}``     the same struct                      (never a key)
+``geometry``   dict ``{wkb, srid}``           the same struct                      (never a key)
 other          unchanged                  numbers, text, arrays                ``str(value)``: ``7``, ``abc``
 =============  =========================  ===================================  ====================================
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,7 +46,21 @@ import orjson
 from cdcsync.events import Change, PoisonRecord
 from cdcsync.sync.sink import Row
 
-TYPES = {"decimal", "date", "time", "timestamp", "json", "bytes", "bool", "uuid", "int", "float", "text", "array"}
+TYPES = {
+    "decimal",
+    "date",
+    "time",
+    "timestamp",
+    "json",
+    "bytes",
+    "bool",
+    "uuid",
+    "int",
+    "float",
+    "text",
+    "array",
+    "geometry",
+}
 
 
 @dataclass(frozen=True)
@@ -201,6 +218,29 @@ def _uuid(value: Any) -> str:
     return str(uuid.UUID(str(value)))
 
 
+def _point(value: Any) -> dict[str, Any]:
+    """Debezium's struct for a point, as is; a Postgres point's text (a source copy) -> it."""
+    return value if isinstance(value, dict) else _spatial(value, point=True)
+
+
+def _spatial(value: Any, point: bool) -> dict[str, Any]:
+    """A driver's spatial value -> Debezium's struct: ``{wkb, srid}``, and ``x``, ``y`` for a point column.
+
+    Postgres ``point`` reads as ``(x,y)``; MariaDB's spatial values as its storage form, a little-endian
+    SRID then the WKB. Debezium sends the WKB in base64, no SRID (null) for 0, and x and y only for a
+    column declared POINT (a GEOMETRY column holding a point has none).
+    """
+    if isinstance(value, str):  # Postgres point
+        x, y = (float(part) for part in value.strip("()").split(","))
+        return {"x": x, "y": y, "wkb": base64.b64encode(struct.pack("<BIdd", 1, 1, x, y)).decode(), "srid": None}
+    raw = bytes(value)
+    wkb, srid = raw[4:], int.from_bytes(raw[:4], "little") or None
+    out: dict[str, Any] = {"wkb": base64.b64encode(wkb).decode(), "srid": srid}
+    if point:
+        out["x"], out["y"] = struct.unpack("<dd" if wkb[:1] == b"\x01" else ">dd", wkb[5:21])
+    return out
+
+
 def _float(value: Any) -> float:
     # Debezium sends NaN and the infinities of float4/float8 as the strings "NaN", "Infinity", "-Infinity".
     return value if type(value) is float else float(value)
@@ -217,6 +257,7 @@ _CONVERTERS: dict[str, Any] = {
     "bool": bool,
     "uuid": _uuid,
     "float": _float,
+    "point": _point,
 }
 # What a malformed value raises: Decimal's InvalidOperation is an ArithmeticError, not a ValueError.
 BAD_VALUE = (ValueError, TypeError, AttributeError, ArithmeticError)
@@ -259,6 +300,8 @@ def canonical_value(value: Any, kind: str | None) -> Any:
         return str(value)
     if kind == "decimal":
         return Decimal(value)
+    if kind in ("point", "geometry"):
+        return _spatial(value, point=kind == "point")
     return value
 
 

@@ -127,6 +127,8 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     # object refused every row whose shape differed from the first (a mapping conflict). Not parsed, any JSON
     # value is kept exactly in _source; its content is not searchable (docs/types.md).
     "json": JSON_FIELD,
+    "point": JSON_FIELD,  # Debezium's {x, y, wkb, srid}; x and y need not be longitude and latitude
+    "geometry": JSON_FIELD,
     "bytes": {"type": "binary"},
     "bool": {"type": "boolean"},
     "int": {"type": "long"},

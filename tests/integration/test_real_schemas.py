@@ -295,6 +295,41 @@ def test_a_json_column_holding_objects_arrays_scalars_and_null_reaches_every_sto
         assert docs["1"]["k"] == {}
 
 
+def test_points_and_spatial_values_reach_every_store_as_debeziums_struct(spark: Any, tmp_path: Path) -> None:
+    """Postgres point, MariaDB POINT and GEOMETRY: dead-lettered by Elasticsearch and Delta before."""
+    u = uid()
+    pg, ma = f"points_{u}", f"spatial_{u}"
+    ddl = {
+        "postgres": [
+            f"CREATE TABLE {pg} (id int PRIMARY KEY, p point)",
+            f"INSERT INTO {pg} VALUES (1, '(1.5,2)'), (2, '(-1,-2)'), (3, NULL)",
+        ],
+        "mariadb": [
+            f"CREATE TABLE {ma} (id int PRIMARY KEY, p POINT, g GEOMETRY)",
+            f"INSERT INTO {ma} VALUES (1, POINT(1.5, 2), ST_GeomFromText('LINESTRING(0 0, 1 1)')),"
+            " (2, ST_GeomFromText('POINT(3 4)', 4326), NULL)",
+        ],
+    }
+    tables = {"postgres": [f"public.{pg}"], "mariadb": [f"inventory.{ma}"]}
+    with scenario(spark, tmp_path, tables, ddl) as sc:
+        sc.run_once()
+        execute("postgres", f"UPDATE {pg} SET p = '(7,8)' WHERE id = 2")
+        execute("mariadb", f"UPDATE {ma} SET g = POINT(5, 6) WHERE id = 2")
+        sc.run_once()
+        sc.assert_converged()
+        for follower in FOLLOWERS:
+            points = {k: doc.get("p") for k, (_, doc) in sc.held(follower, pg).items()}
+            parsed = {k: (json.loads(v) if isinstance(v, str) else v) for k, v in points.items()}
+            assert {k: v and (v["x"], v["y"]) for k, v in parsed.items()} == {
+                "1": (1.5, 2.0),
+                "2": (7.0, 8.0),
+                "3": None,
+            }, follower
+            spatial = {k: doc for k, (_, doc) in sc.held(follower, ma).items()}
+            g = spatial["1"]["g"]
+            assert (json.loads(g) if isinstance(g, str) else g)["wkb"].startswith("AQIAAAAC"), follower  # LINESTRING
+
+
 @contextmanager
 def _maria_database(*ddl: str) -> Iterator[str]:
     """A database of its own: a DDL Debezium cannot parse stops every connector that reads it, so not inventory."""

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 
 import pytest
 
 from cdcsync.events import Change, PoisonRecord
-from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id, fingerprint, map_row, scalar_text
+from cdcsync.sync.mapping import (
+    TableMapping,
+    canonical_doc,
+    canonical_value,
+    convert,
+    doc_id,
+    fingerprint,
+    map_row,
+    scalar_text,
+)
 
 
 def change(after: dict | None, op: str = "u") -> Change:
@@ -145,3 +155,17 @@ def test_numeric_infinities_and_nan_as_debezium_sends_them() -> None:
     assert convert("NAN", "decimal").is_nan()
     assert scalar_text(convert("POSITIVE_INFINITY", "decimal")) == "Infinity"
     assert convert("18446744073709551615", "decimal") == Decimal(2**64 - 1)  # MariaDB BIGINT UNSIGNED, precise
+
+
+def test_geometry_from_the_drivers_is_debeziums_struct() -> None:
+    """Debezium's struct for POINT(1.5, 2), Postgres and MariaDB alike; verify makes it from each driver's value."""
+    point = {"x": 1.5, "y": 2.0, "wkb": "AQEAAAAAAAAAAAD4PwAAAAAAAABA", "srid": None}
+    assert canonical_value("(1.5,2)", "point") == point  # psycopg, and a Postgres source copy's text
+    maria = bytes(4) + base64.b64decode(point["wkb"])  # MariaDB's storage form: SRID 0, then the WKB
+    assert canonical_value(maria, "point") == point
+    assert convert(point, "point") == point and convert("(1.5,2)", "point") == point
+    # A GEOMETRY column holding a point: Debezium sends no x and y.
+    assert canonical_value(maria, "geometry") == {"wkb": point["wkb"], "srid": None}
+    line = "AQIAAAACAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAPA/AAAAAAAA8D8="  # LINESTRING(0 0, 1 1): no x, y
+    srid = (4326).to_bytes(4, "little")
+    assert canonical_value(srid + base64.b64decode(line), "geometry") == {"wkb": line, "srid": 4326}
