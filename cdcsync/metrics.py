@@ -64,7 +64,7 @@ CAPTURE_UNRECOVERABLE = Gauge(
 )
 CAPTURE_HEALS = Counter(
     "cdcsync_capture_heals_total",
-    "Actions the capture watchdog took: restart_failed, restart_stalled, slot_freed",
+    "Actions the capture watchdog took: restart_failed, restart_stalled, slot_freed, source_setup",
     ["source", "action"],
 )
 

@@ -25,6 +25,9 @@ watchdog beside its followers; per source, every ``WATCH_S``:
   parser failing on a statement it re-reads after every restart): no restart
   loop; the problem names the table, the column and the fix, the log says it
   once, and ``cdcsync_capture_unrecoverable`` is 1.
+- **A Postgres source drifting from what apply set** (every minute, with the
+  restore check): a partition created since gets ``REPLICA IDENTITY FULL``
+  (``connectors.source_setup``), counted as ``source_setup``.
 - What it cannot heal (connector missing, still stalled or failed) it reports:
   ``health()`` feeds ``/healthz``, and every action is a log line and a count
   in ``cdcsync_capture_heals_total``; ``cdcsync_capture_heartbeat_age_seconds``
@@ -39,11 +42,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdcsync import metrics
 from cdcsync.config import Config, SourceConfig
-from cdcsync.connectors import restore
+from cdcsync.connectors import restore, source_setup
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.db import UNREACHABLE
 from cdcsync.errors import CdcsyncError
@@ -66,6 +70,7 @@ class SourceState:
     next_heal: float = 0.0
     problem: str = ""
     went_back: str = ""  # the database is behind what capture read (connectors.restore); no heal, a repair
+    setup_problem: str = ""  # what connectors.source_setup finds and may not fix (a table at risk it does not own)
     next_restore_check: float = 0.0
 
     @property
@@ -119,6 +124,7 @@ class CaptureWatch:
     def health(self) -> tuple[bool, list[str]]:
         problems = [f"capture {s.source.name}: {s.problem}" for s in self.sources if s.problem]
         problems += [f"capture {s.source.name}: {s.went_back}" for s in self.sources if s.went_back]
+        problems += [f"capture {s.source.name}: {s.setup_problem}" for s in self.sources if s.setup_problem]
         return not problems, problems
 
     def tick(self) -> None:
@@ -177,6 +183,28 @@ class CaptureWatch:
         if found and found != state.went_back:
             log.error("source=%s capture=went_back %s", state.source.name, found)
         state.went_back = found
+        self._check_setup(state)
+
+    def _check_setup(self, state: SourceState) -> None:
+        """What apply set in a Postgres source, kept true: a partition made since gets REPLICA IDENTITY FULL.
+
+        A new partition starts with Postgres' default identity, under which an UPDATE that leaves a large
+        value alone sends Debezium's placeholder (docs/capture.md); followers refuse such a change, and this
+        closes the window to the next check. What it may not fix is a problem in ``/healthz``.
+        """
+        source = state.source
+        if source.kind != "postgres":
+            return
+        try:
+            setup = source_setup.plan(source)
+            changed = source_setup.carry_out(source, setup)
+        except (psycopg.Error, OSError) as err:  # down, restarting, or a catalog it may not read
+            log.info("source=%s setup_check=postponed error=%s", source.name, str(err).splitlines()[0])
+            return
+        for line in changed:
+            log.warning("source=%s capture=source_setup changed=%s", source.name, line)
+            metrics.CAPTURE_HEALS.labels(source.name, "source_setup").inc()
+        state.setup_problem = "; ".join(setup.problems)
 
     def _heal(self, state: SourceState, now: float, action: str, do: Callable[[], None]) -> None:
         if now < state.next_heal:

@@ -117,6 +117,9 @@ def test_a_partitioned_table_with_a_mixed_case_name_streams_every_change_under_i
                 " FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')",
                 f"INSERT INTO {parent} VALUES ('2026-01-02', 5, 5, 'e')",
             )
+            assert _identity(schema, "Events_2026") == "d"  # Postgres' default for a new partition
+            CaptureWatch(sc.config).tick()  # the daemon's watchdog: its first tick checks the source's setup
+            assert _identity(schema, "Events_2026") == "f"
             sc.run_once()
             sc.assert_converged()
             for follower in FOLLOWERS:
