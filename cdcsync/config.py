@@ -237,6 +237,7 @@ class TableMappingConfig(_Strict):
             "array",
             "point",
             "geometry",
+            "interval",
         ],
     ] = Field(default_factory=dict)
 

@@ -93,7 +93,10 @@ class PostgresRead:
 
     def session_init(self) -> str:
         """Run by each JDBC reader before its query: join the exported snapshot."""
-        return f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '{self.snapshot_id}'"
+        return (  # an interval as ISO 8601 text, the form sync.mapping reads (Debezium's, parts left out)
+            f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '{self.snapshot_id}'; "
+            "SET IntervalStyle = 'iso_8601'"
+        )
 
     def count(self, qualified: str) -> int:
         return int(self._conn.execute(f"SELECT count(*) FROM {qualified}").fetchone()[0])

@@ -20,6 +20,7 @@ type           canonical Python value     from Debezium's JSON                 i
 ``float``      ``float``, NaN and ±inf    ``1.5``, ``"NaN"``, ``"-Infinity"``  ``str(value)``
 ``point``      dict ``{x, y, wkb, srid}``     the same struct                      (never a key)
 ``geometry``   dict ``{wkb, srid}``           the same struct                      (never a key)
+``interval``   ``str`` in Debezium's form   ``"P0Y1M-2DT0H0M1.5S"``              the same text
 other          unchanged                  numbers, text, arrays                ``str(value)``: ``7``, ``abc``
 =============  =========================  ===================================  ====================================
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import struct
 import uuid
 from collections.abc import Mapping
@@ -241,6 +243,26 @@ def _spatial(value: Any, point: bool) -> dict[str, Any]:
     return out
 
 
+_DURATION = re.compile(
+    r"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)W)?(?:(-?\d+)D)?(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def _interval(value: str) -> str:
+    """An ISO 8601 duration -> Debezium's form of it, every part written: ``P0Y1M-2DT0H0M1.5S``.
+
+    Debezium sends a Postgres interval so (``interval.handling.mode=string``); Postgres itself, with
+    ``IntervalStyle = 'iso_8601'`` (verify, a source copy), leaves out the zero parts and counts weeks.
+    Months and days stay apart from each other and from the time: an interval has no fixed length.
+    """
+    found = _DURATION.fullmatch(value)
+    if found is None:
+        raise ValueError(f"{value!r} is not an ISO 8601 duration")
+    years, months, weeks, days, hours, minutes = (int(part or 0) for part in found.groups()[:6])
+    seconds = Decimal(found.group(7) or 0).normalize()
+    return f"P{years}Y{months}M{days + 7 * weeks}DT{hours}H{minutes}M{format(seconds, 'f')}S"
+
+
 def _float(value: Any) -> float:
     # Debezium sends NaN and the infinities of float4/float8 as the strings "NaN", "Infinity", "-Infinity".
     return value if type(value) is float else float(value)
@@ -258,6 +280,7 @@ _CONVERTERS: dict[str, Any] = {
     "uuid": _uuid,
     "float": _float,
     "point": _point,
+    "interval": _interval,
 }
 # What a malformed value raises: Decimal's InvalidOperation is an ArithmeticError, not a ValueError.
 BAD_VALUE = (ValueError, TypeError, AttributeError, ArithmeticError)
@@ -300,6 +323,8 @@ def canonical_value(value: Any, kind: str | None) -> Any:
         return str(value)
     if kind == "decimal":
         return Decimal(value)
+    if kind == "interval" and isinstance(value, str):
+        return _interval(value)
     if kind in ("point", "geometry"):
         return _spatial(value, point=kind == "point")
     return value

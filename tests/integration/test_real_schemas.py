@@ -333,6 +333,32 @@ def test_points_and_spatial_values_reach_every_store_as_debeziums_struct(spark: 
             assert (json.loads(g) if isinstance(g, str) else g)["wkb"].startswith("AQIAAAAC"), follower  # LINESTRING
 
 
+def test_intervals_network_addresses_ranges_and_xml_converge_and_verify_reads_them(spark: Any, tmp_path: Path) -> None:
+    """Types Debezium sends as text: verify read them as Python objects and ended in a traceback (interval)."""
+    u = uid()
+    t = f"texts_{u}"
+    ddl = {
+        "postgres": [
+            f"CREATE TABLE {t} (id int PRIMARY KEY, iv interval, i inet, c cidr, m macaddr, r int4range,"
+            " tr tstzrange, dr daterange, x xml)",
+            f"INSERT INTO {t} VALUES (1, '1 year 2 mons 3 days 04:05:06.7', '192.168.0.1', '10.0.0.0/8',"
+            " '08:00:2b:01:02:03', '[1,5)', '[2024-01-01 10:00+00,2024-01-02 00:00+00)', '[2024-01-01,2024-02-01)',"
+            " '<a>x</a>'),"
+            f" (2, '-1 day', '::1', '2001:db8::/32', NULL, 'empty', '(,)', NULL, NULL),"
+            f" (3, '2 weeks -00:00:01', NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+        ],
+    }
+    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, ddl) as sc:
+        sc.run_once()
+        execute("postgres", f"UPDATE {t} SET iv = iv + interval '1 mon', i = '10.1.2.3/16' WHERE id = 1")
+        sc.run_once()
+        sc.assert_converged()
+        for follower in FOLLOWERS:
+            held = {k: doc for k, (_, doc) in sc.held(follower, t).items()}
+            assert held["1"]["iv"] == "P1Y3M3DT4H5M6.7S" and held["3"]["iv"] == "P0Y0M14DT0H0M-1S", follower
+            assert (held["1"]["i"], held["2"]["c"], held["2"]["r"]) == ("10.1.2.3/16", "2001:db8::/32", "empty")
+
+
 @contextmanager
 def _maria_database(*ddl: str) -> Iterator[str]:
     """A database of its own: a DDL Debezium cannot parse stops every connector that reads it, so not inventory."""

@@ -169,3 +169,24 @@ def test_geometry_from_the_drivers_is_debeziums_struct() -> None:
     line = "AQIAAAACAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAPA/AAAAAAAA8D8="  # LINESTRING(0 0, 1 1): no x, y
     srid = (4326).to_bytes(4, "little")
     assert canonical_value(srid + base64.b64decode(line), "geometry") == {"wkb": line, "srid": 4326}
+
+
+@pytest.mark.parametrize(
+    "postgres,debezium",
+    [
+        ("PT6S", "P0Y0M0DT0H0M6S"),
+        ("PT1.5S", "P0Y0M0DT0H0M1.5S"),
+        ("PT-4H-5M-6.25S", "P0Y0M0DT-4H-5M-6.25S"),
+        ("P1M-2D", "P0Y1M-2DT0H0M0S"),
+        ("PT0S", "P0Y0M0DT0H0M0S"),
+        ("P100Y", "P100Y0M0DT0H0M0S"),
+        ("P1DT0.000001S", "P0Y0M1DT0H0M0.000001S"),
+        ("P-1Y-2M3DT-1S", "P-1Y-2M3DT0H0M-1S"),
+        ("P14D", "P0Y0M14DT0H0M0S"),
+    ],
+)
+def test_an_interval_is_debeziums_text_whichever_path_read_it(postgres: str, debezium: str) -> None:
+    """Pairs seen on this stack: Postgres' IntervalStyle iso_8601 (verify, a source copy) and Debezium's string."""
+    assert convert(debezium, "interval") == debezium
+    assert convert(postgres, "interval") == debezium
+    assert canonical_value(postgres, "interval") == debezium
