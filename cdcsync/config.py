@@ -216,30 +216,31 @@ class SourceConfig(_Strict):
         return f"_cdcsync_schema_history.{self.name}"
 
 
+# A column's type in a mapping (sync/mapping.py says how each is converted); mappings[].types may set any.
+MappingType = Literal[
+    "decimal",
+    "date",
+    "time",
+    "timestamp",
+    "json",
+    "bytes",
+    "bool",
+    "uuid",
+    "int",
+    "float",
+    "text",
+    "array",
+    "point",
+    "geometry",
+    "interval",
+]
+
+
 class TableMappingConfig(_Strict):
     target: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
     include: list[str] | None = None
     rename: dict[str, str] = Field(default_factory=dict)
-    types: dict[
-        str,
-        Literal[
-            "decimal",
-            "date",
-            "time",
-            "timestamp",
-            "json",
-            "bytes",
-            "bool",
-            "uuid",
-            "int",
-            "float",
-            "text",
-            "array",
-            "point",
-            "geometry",
-            "interval",
-        ],
-    ] = Field(default_factory=dict)
+    types: dict[str, MappingType] = Field(default_factory=dict)
 
 
 # Seconds between batch starts by sink kind (a batch that takes longer is followed at once). Search and cache

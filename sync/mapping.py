@@ -41,28 +41,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 
+from cdcsync.config import MappingType
 from cdcsync.events import Change, PoisonRecord
 from cdcsync.sync.sink import Row
 
-TYPES = {
-    "decimal",
-    "date",
-    "time",
-    "timestamp",
-    "json",
-    "bytes",
-    "bool",
-    "uuid",
-    "int",
-    "float",
-    "text",
-    "array",
-    "geometry",
-}
+TYPES = frozenset(get_args(MappingType))
 
 
 @dataclass(frozen=True)
