@@ -29,9 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import psycopg
+import psycopg.errors
 
 from cdcsync.config import SourceConfig, TableRef
 from cdcsync.db import connect_postgres
+from cdcsync.errors import RetryableError
 
 VIA_ROOT = "publish.via.partition.root"
 
@@ -128,11 +130,26 @@ def _plan_table(
 _IDENTITY = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
 
 
+LOCK_TIMEOUT_S = 10
+
+
 def carry_out(source: SourceConfig, setup: SourceSetup) -> list[str]:
-    """Run the planned statements in one transaction; returns what each changed."""
+    """Run the planned statements in one transaction; returns what each changed.
+
+    ``ALTER TABLE ... REPLICA IDENTITY`` takes the table's strongest lock for a moment. Queued behind a long
+    transaction it would block every query of the table meanwhile, so it waits ``LOCK_TIMEOUT_S`` at most,
+    and then nothing is changed and the error names the table.
+    """
     if not setup.statements:
         return []
     with connect_postgres(source) as conn, conn.transaction():
-        for sql, _ in setup.statements:
-            conn.execute(sql)  # type: ignore[call-overload]  # identifiers quoted by quoted()
+        conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_S}s'")  # type: ignore[call-overload]
+        for sql, what in setup.statements:
+            try:
+                conn.execute(sql)  # type: ignore[call-overload]  # identifiers quoted by quoted()
+            except psycopg.errors.LockNotAvailable:
+                raise RetryableError(
+                    f"source {source.name}: {sql} waited {LOCK_TIMEOUT_S} s for its lock (a long transaction holds "
+                    f"the table) and nothing was changed; run it again when that transaction ends ({what})"
+                ) from None
     return [what for _, what in setup.statements]

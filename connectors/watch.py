@@ -50,7 +50,7 @@ from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors import restore, source_setup
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.db import UNREACHABLE
-from cdcsync.errors import CdcsyncError
+from cdcsync.errors import CdcsyncError, RetryableError
 
 log = logging.getLogger("cdcsync.capture")
 
@@ -198,7 +198,7 @@ class CaptureWatch:
         try:
             setup = source_setup.plan(source)
             changed = source_setup.carry_out(source, setup)
-        except (psycopg.Error, OSError) as err:  # down, restarting, or a catalog it may not read
+        except (psycopg.Error, OSError, RetryableError) as err:  # down, restarting, or a lock it may not wait for
             log.info("source=%s setup_check=postponed error=%s", source.name, str(err).splitlines()[0])
             return
         for line in changed:

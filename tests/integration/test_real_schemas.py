@@ -156,6 +156,21 @@ def test_an_existing_publication_is_made_to_publish_partitions_under_their_root(
         execute("postgres", f"DROP PUBLICATION IF EXISTS {source.publication}", f"DROP TABLE IF EXISTS {table}")
 
 
+def test_a_column_declared_multidimensional_is_refused_at_apply_naming_it() -> None:
+    table = f"grid_{uid()}"
+    execute("postgres", f"CREATE TABLE {table} (id int PRIMARY KEY, cells int[][], tags text[])")
+    config = config_for(source_dict("postgres", f"grid{uid()}", [f"public.{table}"]))
+    try:
+        with pytest.raises(PreflightError) as err:
+            apply(config)
+        assert f"table public.{table}: column cells is declared as a 2-dimensional array" in str(err.value)
+        assert "tags" not in str(err.value)
+        assert client_for(config).get_config(config.sources[0].name) is None
+    finally:
+        drop_capture(config)
+        execute("postgres", f"DROP TABLE IF EXISTS {table}")
+
+
 def test_a_table_at_risk_is_refused_when_apply_may_not_set_its_identity_and_nothing_is_changed() -> None:
     """``set_replica_identity: false``: apply names the table and the ALTER to run, and writes nothing anywhere."""
     u = uid()
@@ -357,6 +372,35 @@ def test_intervals_network_addresses_ranges_and_xml_converge_and_verify_reads_th
             held = {k: doc for k, (_, doc) in sc.held(follower, t).items()}
             assert held["1"]["iv"] == "P1Y3M3DT4H5M6.7S" and held["3"]["iv"] == "P0Y0M14DT0H0M-1S", follower
             assert (held["1"]["i"], held["2"]["c"], held["2"]["r"]) == ("10.1.2.3/16", "2001:db8::/32", "empty")
+
+
+def test_setting_the_identity_behind_a_long_transaction_gives_up_and_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ALTER's lock would queue behind a long transaction and block every query of the table meanwhile."""
+    from cdcsync.connectors import source_setup
+    from cdcsync.errors import RetryableError
+
+    u = uid()
+    table = f"busy_{u}"
+    execute("postgres", f"CREATE TABLE {table} (id int PRIMARY KEY, body text)")
+    source = config_for(source_dict("postgres", f"busy{u}", [f"public.{table}"])).sources[0]
+    monkeypatch.setattr(source_setup, "LOCK_TIMEOUT_S", 1)
+    reader = pg_connect(autocommit=False)
+    try:
+        reader.execute(f"SELECT count(*) FROM {table}")  # an open transaction holding ACCESS SHARE
+        setup = plan(source)
+        assert len(setup.statements) == 1
+        started = time.monotonic()
+        with pytest.raises(RetryableError, match=f"waited 1 s for its lock.*table public.{table}"):
+            carry_out(source, setup)
+        assert time.monotonic() - started < 10
+        reader.rollback()
+        assert _identity("public", table) == "d"
+        assert carry_out(source, plan(source)) and _identity("public", table) == "f"
+    finally:
+        reader.close()
+        execute("postgres", f"DROP TABLE IF EXISTS {table}")
 
 
 @contextmanager
