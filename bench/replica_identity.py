@@ -16,28 +16,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.common import ENV, say, stack
+from bench.common import ENV, one_table_config, say, stack
 
 
 def _connect(admin: bool = False) -> psycopg.Connection:
-    """The capture user; ``admin``: the superuser over the local socket, for CHECKPOINT."""
+    """The stack's capture user, as the other benches connect; ``admin``: the superuser over the socket (CHECKPOINT)."""
     if admin:
         return psycopg.connect(
             host=str(stack.RUN), port=int(ENV["PG_PORT"]), dbname=ENV["PG_DATABASE"], user="postgres", autocommit=True
         )
-    return psycopg.connect(
-        host="127.0.0.1",
-        port=int(ENV["PG_PORT"]),
-        dbname=ENV["PG_DATABASE"],
-        user=ENV["PG_USER"],
-        password=ENV["PG_PASSWORD"],
-        autocommit=True,
-    )
+    from cdcsync.db import connect_postgres
+
+    source = one_table_config("bench_identity", "unused", [], Path(tempfile.gettempdir())).sources[0]
+    return connect_postgres(source, autocommit=True)
 
 
 def measure(conn: psycopg.Connection, table: str, identity: str, rows: int, batch: int) -> dict[str, Any]:
