@@ -22,8 +22,9 @@ from cdcsync.snapshot import jdbc, parallel
 from cdcsync.snapshot.bootstrap import BATCH_ROWS
 from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
 from cdcsync.sync.follower import BatchCounts, Follower, Record, snapshot_record
-from cdcsync.sync.mapping import TableMapping, canonical_doc, convert, doc_id
+from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id
 from cdcsync.sync.sink import Row
+from cdcsync.sync.values import convert
 
 if TYPE_CHECKING:
     import pyarrow as pa

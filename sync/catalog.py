@@ -22,7 +22,8 @@ from psycopg.types.string import TextLoader
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.db import connect_mariadb, connect_postgres
 from cdcsync.errors import FatalError
-from cdcsync.sync.mapping import EARLIEST, LATEST, TableMapping
+from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.values import EARLIEST, LATEST
 
 POSTGRES_TYPES = {
     "numeric": "decimal",

@@ -1,42 +1,16 @@
-"""Mapping a change to a sink row: target name, document id, fields, natural types.
+"""Mapping a change to a sink row: target name, document id, fields.
 
-Debezium's schemaless JSON carries decimals as strings, temporal values as ISO
-strings and JSON columns as text (docs/capture.md). The column types come from
-the source's catalog (``sync.catalog``) unless the mapping overrides them, and
-each value is converted to one canonical Python value that every sink encodes
-in its own natural way:
-
-=============  =========================  ===================================  ====================================
-type           canonical Python value     from Debezium's JSON                 in a document id
-=============  =========================  ===================================  ====================================
-``decimal``    ``decimal.Decimal`` exact  ``"12.50"``                          ``12.50`` (never an exponent)
-``date``       ``datetime.date``          ``"2024-02-29Z"``                    ``2024-02-29``
-``time``       ``datetime.time``          ``"13:45:30.123456Z"``               ``13:45:30.123456``
-``timestamp``  aware ``datetime`` in UTC  ``"2024-02-29T11:45:30.123456Z"``    ``2024-02-29T11:45:30.123456+00:00``
-``json``       dict / list / scalar       ``"{\"a\": 1}"``                     ``str(value)``
-``bytes``      ``bytes``                  base64 text                          base64 text
-``bool``       ``bool``                   ``true`` or ``1`` (MariaDB BOOLEAN)  ``str(value)`` as read
-``uuid``       ``str`` (canonical form)   ``"a0ee..."``                        ``a0ee...`` (lower case)
-``float``      ``float``, NaN and ±inf    ``1.5``, ``"NaN"``, ``"-Infinity"``  ``str(value)``
-``point``      dict ``{x, y, wkb, srid}``     the same struct                      (never a key)
-``geometry``   dict ``{wkb, srid}``           the same struct                      (never a key)
-``interval``   ``str`` in Debezium's form   ``"P0Y1M-2DT0H0M1.5S"``              the same text
-other          unchanged                  numbers, text, arrays                ``str(value)``: ``7``, ``abc``
-=============  =========================  ===================================  ====================================
-
-``canonical_value`` turns a value read straight from the source database into
-the same form, which is what ``verify`` compares. ``doc_id`` does the same for
-the primary key, so a row has one id whether it was streamed, bootstrapped
-from the topics or from the source, or read by ``verify``.
+Each column's value is converted by its type to one canonical Python value
+(``sync.values``, which lists the types); ``doc_id`` makes a row's id from
+its key the same way whichever path read it. ``canonical_doc`` maps a row
+read from the source database like ``map_row`` maps a change, which is what
+``verify`` compares.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import re
-import struct
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
@@ -48,6 +22,7 @@ import orjson
 from cdcsync.config import MappingType
 from cdcsync.events import Change, PoisonRecord
 from cdcsync.sync.sink import Row
+from cdcsync.sync.values import BAD_VALUE, CONVERTERS, KEY_TEXT, canonical_value, converted
 
 TYPES = frozenset(get_args(MappingType))
 
@@ -77,7 +52,7 @@ class TableMapping:
     def __post_init__(self) -> None:
         columns = self.include if self.include is not None else (*self.types, *sorted(self.untyped - set(self.types)))
         kinds = {c: self.types.get(c) for c in columns}
-        plan = {c: (self.rename.get(c, c), kind, _CONVERTERS.get(kind or "")) for c, kind in kinds.items()}
+        plan = {c: (self.rename.get(c, c), kind, CONVERTERS.get(kind or "")) for c, kind in kinds.items()}
         object.__setattr__(self, "plan", plan)
         key_plan = tuple(_key_step(c, self.types) for c in self.key_columns)
         object.__setattr__(self, "key_plan", key_plan)
@@ -115,7 +90,7 @@ def doc_id(key: Mapping[str, Any], mapping: TableMapping) -> str:
 
 def _key_step(column: str, types: Mapping[str, str]) -> tuple[str, str | None, Any]:
     kind = types.get(column)
-    return column, kind, _KEY_TEXT.get(kind or "")
+    return column, kind, KEY_TEXT.get(kind or "")
 
 
 def _key_part(key: Mapping[str, Any], step: tuple[str, str | None, Any], mapping: TableMapping) -> str:
@@ -139,215 +114,6 @@ def _key_value(key: Mapping[str, Any], column: str, mapping: TableMapping) -> An
             f" connector's message.key.columns names other columns); run"
             f" `cdcsync reindex <follower> --table {mapping.table}` to rebuild its store on the new key"
         ) from None
-
-
-# Postgres' 'infinity' and '-infinity' have no Python value (nor one in Delta or Elasticsearch): they are the
-# largest and smallest value every store holds (docs/types.md). As Debezium sends them (a timestamp's
-# microseconds overflow, a date's days overflow), and as Postgres writes them (timestamptz, the source copy).
-LATEST = datetime.max.replace(tzinfo=UTC)
-EARLIEST = datetime.min.replace(tzinfo=UTC)
-_FAR_TIMESTAMPS = {
-    "infinity": LATEST,
-    "-infinity": EARLIEST,
-    "+294247-01-10T04:00:25.2Z": LATEST,
-    "-290308-12-21T19:59:27.6Z": EARLIEST,
-}
-_FAR_DATES = {
-    "infinity": date.max,
-    "-infinity": date.min,
-    "-5877611-06-21": date.max,  # streamed (pgoutput's text, overflowed)
-    "-5877611-06-22": date.min,
-    "+292278994-08-16": date.max,  # the initial snapshot (pgjdbc's stand-ins for the infinities)
-    "+292269055-12-02": date.min,
-}
-
-
-def _date(value: str) -> date:
-    text = value.removesuffix("Z")
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        if text in _FAR_DATES:
-            return _FAR_DATES[text]
-        raise
-
-
-def _time(value: str) -> time:
-    return time.fromisoformat(value.removesuffix("Z"))
-
-
-def _timestamp(value: str) -> datetime:
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        if value in _FAR_TIMESTAMPS:
-            return _FAR_TIMESTAMPS[value]
-        raise
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
-
-
-# Postgres numeric's infinities (14+), as Debezium's string mode sends them; its NaN arrives as "NAN".
-_FAR_DECIMALS = {"POSITIVE_INFINITY": Decimal("Infinity"), "NEGATIVE_INFINITY": Decimal("-Infinity")}
-
-
-def _decimal(value: Any) -> Decimal:
-    try:
-        return Decimal(value)
-    except ArithmeticError:
-        if value in _FAR_DECIMALS:
-            return _FAR_DECIMALS[value]
-        raise
-
-
-def _json_value(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _uuid(value: Any) -> str:
-    return str(uuid.UUID(str(value)))
-
-
-def _point(value: Any) -> dict[str, Any]:
-    """Debezium's struct for a point, as is; a Postgres point's text (a source copy) -> it."""
-    return value if isinstance(value, dict) else _spatial(value, point=True)
-
-
-def _spatial(value: Any, point: bool) -> dict[str, Any]:
-    """A driver's spatial value -> Debezium's struct: ``{wkb, srid}``, and ``x``, ``y`` for a point column.
-
-    Postgres ``point`` reads as ``(x,y)``; MariaDB's spatial values as its storage form, a little-endian
-    SRID then the WKB. Debezium sends the WKB in base64, no SRID (null) for 0, and x and y only for a
-    column declared POINT (a GEOMETRY column holding a point has none).
-    """
-    if isinstance(value, str):  # Postgres point
-        x, y = (float(part) for part in value.strip("()").split(","))
-        return {"x": x, "y": y, "wkb": base64.b64encode(struct.pack("<BIdd", 1, 1, x, y)).decode(), "srid": None}
-    raw = bytes(value)
-    wkb, srid = raw[4:], int.from_bytes(raw[:4], "little") or None
-    out: dict[str, Any] = {"wkb": base64.b64encode(wkb).decode(), "srid": srid}
-    if point:
-        out["x"], out["y"] = struct.unpack("<dd" if wkb[:1] == b"\x01" else ">dd", wkb[5:21])
-    return out
-
-
-_DURATION = re.compile(
-    r"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)W)?(?:(-?\d+)D)?(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?\d+(?:\.\d+)?)S)?)?"
-)
-
-
-def _interval(value: str) -> str:
-    """An ISO 8601 duration -> Debezium's form of it, every part written: ``P0Y1M-2DT0H0M1.5S``.
-
-    Debezium sends a Postgres interval so (``interval.handling.mode=string``); Postgres itself, with
-    ``IntervalStyle = 'iso_8601'`` (verify, a source copy), leaves out the zero parts and counts weeks.
-    Months and days stay apart from each other and from the time: an interval has no fixed length.
-    """
-    found = _DURATION.fullmatch(value)
-    if found is None:
-        raise ValueError(f"{value!r} is not an ISO 8601 duration")
-    years, months, weeks, days, hours, minutes = (int(part or 0) for part in found.groups()[:6])
-    seconds = Decimal(found.group(7) or 0).normalize()
-    return f"P{years}Y{months}M{days + 7 * weeks}DT{hours}H{minutes}M{format(seconds, 'f')}S"
-
-
-def _float(value: Any) -> float:
-    # Debezium sends NaN and the infinities of float4/float8 as the strings "NaN", "Infinity", "-Infinity".
-    return value if type(value) is float else float(value)
-
-
-# Debezium JSON value -> canonical Python value, per type; types not listed pass unchanged.
-_CONVERTERS: dict[str, Any] = {
-    "decimal": _decimal,
-    "date": _date,
-    "time": _time,
-    "timestamp": _timestamp,
-    "json": _json_value,
-    "bytes": base64.b64decode,
-    "bool": bool,
-    "uuid": _uuid,
-    "float": _float,
-    "point": _point,
-    "interval": _interval,
-}
-# What a malformed value raises: Decimal's InvalidOperation is an ArithmeticError, not a ValueError.
-BAD_VALUE = (ValueError, TypeError, AttributeError, ArithmeticError)
-
-
-def convert(value: Any, kind: str | None) -> Any:
-    """Debezium JSON value -> canonical Python value for the column's type."""
-    converter = _CONVERTERS.get(kind or "")
-    if value is None or converter is None:
-        return value
-    return _converted(value, kind, converter)
-
-
-def _converted(value: Any, kind: str | None, converter: Any) -> Any:
-    try:
-        return converter(value)
-    except BAD_VALUE as err:
-        raise PoisonRecord(f"value {value!r} is not a valid {kind}: {err}") from None
-
-
-def canonical_value(value: Any, kind: str | None) -> Any:
-    """A value read from the source database -> the canonical form ``convert`` produces."""
-    if value is None:
-        return None
-    if kind == "timestamp" and isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
-    if kind == "time" and not isinstance(value, time):
-        # MariaDB returns TIME as a timedelta.
-        seconds = value.total_seconds()
-        return time(int(seconds // 3600), int(seconds % 3600 // 60), int(seconds % 60), value.microseconds)
-    if kind == "time" and isinstance(value, time) and value.tzinfo:
-        return value.replace(tzinfo=None)
-    if kind == "json" and isinstance(value, str):
-        return json.loads(value)
-    if kind == "bytes" and isinstance(value, memoryview | bytearray):
-        return bytes(value)
-    if kind == "bool":
-        return bool(value)
-    if kind == "uuid":
-        return str(value)
-    if kind == "decimal":
-        return Decimal(value)
-    if kind == "interval" and isinstance(value, str):
-        return _interval(value)
-    if kind in ("point", "geometry"):
-        return _spatial(value, point=kind == "point")
-    return value
-
-
-def _date_key(value: Any) -> str:
-    return str((_date(value) if isinstance(value, str) else value).isoformat())
-
-
-def _time_key(value: Any) -> str:
-    return str((_time(value) if isinstance(value, str) else canonical_value(value, "time")).isoformat())
-
-
-def _timestamp_key(value: Any) -> str:
-    return str((_timestamp(value) if isinstance(value, str) else canonical_value(value, "timestamp")).isoformat())
-
-
-def _bytes_key(value: Any) -> str:
-    raw = base64.b64decode(value, validate=True) if isinstance(value, str) else bytes(value)
-    return base64.b64encode(raw).decode()
-
-
-def _decimal_key(value: Any) -> str:
-    return format(value if isinstance(value, Decimal) else _decimal(value), "f")
-
-
-# Key value (Debezium's JSON or a driver's) -> its id text, per type; str() for types not listed (int, text).
-# Each is the text scalar_text gives for the canonical value: what the sinks store in the key's own field.
-_KEY_TEXT: dict[str, Any] = {
-    "date": _date_key,
-    "time": _time_key,
-    "timestamp": _timestamp_key,
-    "bytes": _bytes_key,
-    "decimal": _decimal_key,
-    "uuid": _uuid,
-}
 
 
 # Debezium's stand-in for a value Postgres did not log (an unchanged TOAST value under a replica identity other
@@ -380,7 +146,7 @@ def map_row(change: Change, mapping: TableMapping) -> Row:
                 doc[mapping.rename.get(column, column)] = value
             continue
         name, kind, converter = step
-        doc[name] = value if converter is None or value is None else _converted(value, kind, converter)
+        doc[name] = value if converter is None or value is None else converted(value, kind, converter)
     return Row(change, mapping.target, ident, doc)
 
 

@@ -12,13 +12,12 @@ from cdcsync.events import Change, PoisonRecord
 from cdcsync.sync.mapping import (
     TableMapping,
     canonical_doc,
-    canonical_value,
-    convert,
     doc_id,
     fingerprint,
     map_row,
     scalar_text,
 )
+from cdcsync.sync.values import canonical_value, convert
 
 
 def change(after: dict | None, op: str = "u") -> Change:
@@ -64,8 +63,6 @@ def test_doc_id_single_and_composite_keys_escape_the_separator() -> None:
 def test_debezium_and_source_values_meet_in_one_canonical_form(
     kind: str, debezium: object, source_value: object, expected: object
 ) -> None:
-    from cdcsync.sync.mapping import canonical_value
-
     assert convert(debezium, kind) == expected
     assert canonical_value(source_value, kind) == expected
 
