@@ -233,6 +233,7 @@ MappingType = Literal[
     "point",
     "geometry",
     "interval",
+    "duration",
 ]
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # Read as text over JDBC and parsed like Debezium's values: exact decimals, no
 # time zone guesswork by the JVM or Python, and types Spark has no mapping for.
-TEXT_KINDS = {"decimal", "time", "timestamp", "json", "uuid", "text", "interval"}
+TEXT_KINDS = {"decimal", "time", "timestamp", "json", "uuid", "text", "interval", "duration"}
 ROWS_PER_PIECE = 25_000  # rows per JDBC query: small enough to overlap reads with writes
 MAX_HASH_PIECES = 8  # a key without ranges is split on a hash, and each such query reads every row
 Piece = Callable[[], "pa.Table"]  # one piece's read: planned and run when called, on a reader thread

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import date
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 import pymysql  # type: ignore[import-untyped]
@@ -49,7 +49,7 @@ POSTGRES_TYPES = {
 MARIADB_TYPES = {
     "decimal": "decimal",
     "date": "date",
-    "time": "time",
+    "time": "duration",  # -838:59:59.999999 to 838:59:59.999999, not a time of day
     "datetime": "timestamp",
     "timestamp": "timestamp",
     "blob": "bytes",
@@ -75,8 +75,15 @@ MARIADB_TYPES = {
 }
 
 
-def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tuple[str, ...], frozenset[str]]:
-    """(column -> mapping type, primary-key columns in key order, filled columns) from the source's catalog.
+class Columns(NamedTuple):
+    types: dict[str, str]  # column -> mapping type
+    key: tuple[str, ...]  # the primary key's columns in key order
+    filled: frozenset[str]
+    millis: frozenset[str]  # timestamp columns Debezium counts in milliseconds (TableMapping.millis)
+
+
+def columns(source: SourceConfig, table: TableRef) -> Columns:
+    """A table's columns, their mapping types and its primary key, from the source's catalog.
 
     Filled: columns with a value of their own in a row nobody wrote them in
     (a non-null DEFAULT, a generated column): added to a table, they fill its
@@ -98,13 +105,14 @@ def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tupl
             ).fetchall()
         types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind, _ in rows}
         filled = frozenset(name for name, _, has_value in rows if has_value)
+        millis: frozenset[str] = frozenset()
     else:
         conn = connect_mariadb(source)
         with conn, conn.cursor() as cur:
             # COLUMN_DEFAULT: SQL NULL for no default on a NOT NULL column, the text 'NULL' for DEFAULT NULL.
             cur.execute(
                 "SELECT column_name, data_type, column_type, (column_default IS NOT NULL AND column_default <>"
-                " 'NULL') OR extra LIKE '%%GENERATED%%' FROM information_schema.columns"
+                " 'NULL') OR extra LIKE '%%GENERATED%%', datetime_precision FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                 (table.namespace, table.table),
             )
@@ -124,7 +132,9 @@ def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tupl
             json_columns = {name for name, clause in cur.fetchall() if "json_valid" in clause.lower()}
         types = {}
         filled = frozenset(row[0] for row in rows if row[3])
-        for name, kind, column_type, _ in rows:
+        # Debezium counts a DATETIME(0) to (3) in milliseconds, a DATETIME(4) to (6) in microseconds.
+        millis = frozenset(row[0] for row in rows if row[1].lower() == "datetime" and (row[4] or 0) <= 3)
+        for name, kind, column_type, *_ in rows:
             types[name] = (
                 "json"
                 if name in json_columns
@@ -132,7 +142,7 @@ def columns(source: SourceConfig, table: TableRef) -> tuple[dict[str, str], tupl
             )
     if not rows:
         raise FatalError(f"source {source.name}: table {table} not found while reading its columns")
-    return types, tuple(k[0] for k in key), filled
+    return Columns(types, tuple(k[0] for k in key), filled, millis)
 
 
 def _mariadb_type(data_type: str, column_type: str) -> str:
@@ -163,7 +173,7 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
 def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfig) -> TableMapping:
     """One table's mapping: its columns and key from the catalog as they are now, with the follower's overrides."""
     override = follower.mapping_for(source.name, table)
-    types, key_columns, filled = columns(source, table)
+    types, key_columns, filled, millis = columns(source, table)
     if override:
         types.update(override.types)
     return TableMapping(
@@ -174,6 +184,7 @@ def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfi
         rename=dict(override.rename) if override else {},
         types=types,
         filled=filled,
+        millis=millis,
     )
 
 

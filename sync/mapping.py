@@ -22,7 +22,15 @@ import orjson
 from cdcsync.config import MappingType
 from cdcsync.events import Change, PoisonRecord
 from cdcsync.sync.sink import Row
-from cdcsync.sync.values import BAD_VALUE, CONVERTERS, KEY_TEXT, canonical_value, converted
+from cdcsync.sync.values import (
+    BAD_VALUE,
+    CONVERTERS,
+    KEY_TEXT,
+    canonical_value,
+    converted,
+    timestamp_millis,
+    timestamp_millis_key,
+)
 
 TYPES = frozenset(get_args(MappingType))
 
@@ -43,6 +51,8 @@ class TableMapping:
     filled: frozenset[str] = frozenset()  # columns the source fills in rows nobody wrote them in (sync.rebuild)
     dropped: frozenset[str] = frozenset()
     may_lack: frozenset[str] = frozenset()
+    # timestamp columns whose Debezium form counts milliseconds, not microseconds (MariaDB DATETIME(0) to (3))
+    millis: frozenset[str] = frozenset()
     # column -> (field name, type, converter or None); what map_row looks up once per column of a change
     plan: Mapping[str, tuple[str, str | None, Any]] = field(init=False, repr=False, compare=False)
     # (key column, type, id text function or None for str), in key order; what doc_id looks up per change
@@ -52,9 +62,9 @@ class TableMapping:
     def __post_init__(self) -> None:
         columns = self.include if self.include is not None else (*self.types, *sorted(self.untyped - set(self.types)))
         kinds = {c: self.types.get(c) for c in columns}
-        plan = {c: (self.rename.get(c, c), kind, CONVERTERS.get(kind or "")) for c, kind in kinds.items()}
+        plan = {c: (self.rename.get(c, c), kind, _converter(c, kind, self.millis)) for c, kind in kinds.items()}
         object.__setattr__(self, "plan", plan)
-        key_plan = tuple(_key_step(c, self.types) for c in self.key_columns)
+        key_plan = tuple(_key_step(c, self.types, self.millis) for c in self.key_columns)
         object.__setattr__(self, "key_plan", key_plan)
         object.__setattr__(self, "plain_key", key_plan[0][0] if len(key_plan) == 1 and key_plan[0][2] is None else None)
 
@@ -81,15 +91,25 @@ def doc_id(key: Mapping[str, Any], mapping: TableMapping) -> str:
             return str(key[mapping.plain_key])
         except KeyError:
             pass  # _key_value says why
-    plan = mapping.key_plan or tuple(_key_step(c, mapping.types) for c in key)  # no primary key: the key's own
+    plan = mapping.key_plan or tuple(
+        _key_step(c, mapping.types, mapping.millis) for c in key
+    )  # no primary key: the key's own
     if len(plan) == 1:
         return _key_part(key, plan[0], mapping)
     parts = (_key_part(key, step, mapping) for step in plan)
     return "|".join(p.replace("\\", "\\\\").replace("|", "\\|") for p in parts)
 
 
-def _key_step(column: str, types: Mapping[str, str]) -> tuple[str, str | None, Any]:
+def _converter(column: str, kind: str | None, millis: frozenset[str]) -> Any:
+    return timestamp_millis if kind == "timestamp" and column in millis else CONVERTERS.get(kind or "")
+
+
+def _key_step(
+    column: str, types: Mapping[str, str], millis: frozenset[str] = frozenset()
+) -> tuple[str, str | None, Any]:
     kind = types.get(column)
+    if kind == "timestamp" and column in millis:
+        return column, kind, timestamp_millis_key
     return column, kind, KEY_TEXT.get(kind or "")
 
 

@@ -10,9 +10,10 @@ its own natural way:
 type           canonical Python value     from Debezium's JSON                 in a document id
 =============  =========================  ===================================  ====================================
 ``decimal``    ``decimal.Decimal`` exact  ``"12.50"``                          ``12.50`` (never an exponent)
-``date``       ``datetime.date``          ``"2024-02-29Z"``                    ``2024-02-29``
+``date``       ``datetime.date``          ``"2024-02-29Z"``, MariaDB days       ``2024-02-29``
 ``time``       ``datetime.time``          ``"13:45:30.123456Z"``               ``13:45:30.123456``
-``timestamp``  aware ``datetime`` in UTC  ``"2024-02-29T11:45:30.123456Z"``    ``2024-02-29T11:45:30.123456+00:00``
+``timestamp``  aware ``datetime`` in UTC  ``"2024-02-29T11:45:30.123456Z"``,   ``2024-02-29T11:45:30.123456+00:00``
+                                          MariaDB ms or µs (by precision)
 ``json``       dict / list / scalar       ``"{\"a\": 1}"``                     ``str(value)``
 ``bytes``      ``bytes``                  base64 text                          base64 text
 ``bool``       ``bool``                   ``true`` or ``1`` (MariaDB BOOLEAN)  ``str(value)`` as read
@@ -21,6 +22,7 @@ type           canonical Python value     from Debezium's JSON                 i
 ``point``      dict ``{x, y, wkb, srid}``     the same struct                      (never a key)
 ``geometry``   dict ``{wkb, srid}``           the same struct                      (never a key)
 ``interval``   ``str`` in Debezium's form   ``"P0Y1M-2DT0H0M1.5S"``              the same text
+``duration``   ``str`` as MariaDB shows it  microseconds: ``-3600000000``       ``-01:00:00``
 other          unchanged                  numbers, text, arrays                ``str(value)``: ``7``, ``abc``
 =============  =========================  ===================================  ====================================
 
@@ -35,7 +37,7 @@ import json
 import re
 import struct
 import uuid
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -62,7 +64,14 @@ _FAR_DATES = {
 }
 
 
-def _date(value: str) -> date:
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH_DAY = EPOCH.date()
+MICROSECOND = timedelta(microseconds=1)
+
+
+def _date(value: str | int) -> date:
+    if isinstance(value, int):  # MariaDB's under time.precision.mode=adaptive_time_microseconds: days since 1970
+        return EPOCH_DAY + timedelta(days=value)
     text = value.removesuffix("Z")
     try:
         return date.fromisoformat(text)
@@ -76,7 +85,9 @@ def _time(value: str) -> time:
     return time.fromisoformat(value.removesuffix("Z"))
 
 
-def _timestamp(value: str) -> datetime:
+def _timestamp(value: str | int) -> datetime:
+    if isinstance(value, int):  # MariaDB's DATETIME(4) to (6): microseconds since 1970, in UTC as written
+        return EPOCH + value * MICROSECOND
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -84,6 +95,50 @@ def _timestamp(value: str) -> datetime:
             return _FAR_TIMESTAMPS[value]
         raise
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def timestamp_millis(value: str | int) -> datetime:
+    """A MariaDB DATETIME(0) to (3): milliseconds since 1970 (or the ISO text an older connector config sent)."""
+    return EPOCH + timedelta(milliseconds=value) if isinstance(value, int) else _timestamp(value)
+
+
+def timestamp_millis_key(value: Any) -> str:
+    return str(
+        (timestamp_millis(value) if isinstance(value, str | int) else canonical_value(value, "timestamp")).isoformat()
+    )
+
+
+_TIME_TEXT = re.compile(r"(-?)(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?Z?")
+
+
+def _duration(value: Any) -> str:
+    """A MariaDB TIME (-838:59:59.999999 to 838:59:59.999999) -> the text MariaDB shows: ``-01:00:00.5``.
+
+    Debezium sends microseconds (``time.precision.mode=adaptive_time_microseconds``; ``isostring`` sent a
+    time of day, null past 24 h); the driver a ``timedelta``; a JDBC read and an older connector config text.
+    Within a day it is the text of a ``time`` value: ``13:45:30``, ``13:45:30.123456``.
+    """
+    if isinstance(value, timedelta):
+        value = value // MICROSECOND
+    if isinstance(value, time):
+        value = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+    if isinstance(value, str):
+        found = _TIME_TEXT.fullmatch(value)
+        if found is None:
+            raise ValueError(f"{value!r} is not a time")
+        sign, hours, minutes, seconds, fraction = found.groups()
+        micros = ((int(hours) * 60 + int(minutes)) * 60 + int(seconds)) * 1_000_000 + int(
+            (fraction or "").ljust(6, "0")
+        )
+        value = -micros if sign else micros
+    if not isinstance(value, int):
+        raise TypeError(f"{type(value).__name__} is not a time")
+    sign = "-" if value < 0 else ""
+    seconds, fraction = divmod(abs(value), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    text = f"{sign}{hours:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{fraction:06d}" if fraction else text
 
 
 # Postgres numeric's infinities (14+), as Debezium's string mode sends them; its NaN arrives as "NAN".
@@ -168,6 +223,7 @@ CONVERTERS: dict[str, Any] = {
     "float": _float,
     "point": _point,
     "interval": _interval,
+    "duration": _duration,
 }
 # What a malformed value raises: Decimal's InvalidOperation is an ArithmeticError, not a ValueError.
 BAD_VALUE = (ValueError, TypeError, AttributeError, ArithmeticError)
@@ -210,6 +266,8 @@ def canonical_value(value: Any, kind: str | None) -> Any:
         return str(value)
     if kind == "decimal":
         return Decimal(value)
+    if kind == "duration":
+        return _duration(value)
     if kind == "interval" and isinstance(value, str):
         return _interval(value)
     if kind in ("point", "geometry"):
@@ -218,7 +276,7 @@ def canonical_value(value: Any, kind: str | None) -> Any:
 
 
 def _date_key(value: Any) -> str:
-    return str((_date(value) if isinstance(value, str) else value).isoformat())
+    return str((_date(value) if isinstance(value, str | int) else value).isoformat())
 
 
 def _time_key(value: Any) -> str:
@@ -226,7 +284,7 @@ def _time_key(value: Any) -> str:
 
 
 def _timestamp_key(value: Any) -> str:
-    return str((_timestamp(value) if isinstance(value, str) else canonical_value(value, "timestamp")).isoformat())
+    return str((_timestamp(value) if isinstance(value, str | int) else canonical_value(value, "timestamp")).isoformat())
 
 
 def _bytes_key(value: Any) -> str:
@@ -247,4 +305,5 @@ KEY_TEXT: dict[str, Any] = {
     "bytes": _bytes_key,
     "decimal": _decimal_key,
     "uuid": _uuid,
+    "duration": _duration,
 }

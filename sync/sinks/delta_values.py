@@ -42,6 +42,7 @@ SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
     "float": (T.DoubleType(), (int, float), "a float"),
     "text": (STRING, str, "text"),
     "uuid": (STRING, str, "text"),
+    "duration": (STRING, str, "text"),
 }
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WIDE = Context(prec=80)

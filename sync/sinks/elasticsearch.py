@@ -122,6 +122,7 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "date": {"type": "date"},
     "timestamp": {"type": "date"},  # _source keeps the microseconds; the index has millisecond precision
     "time": {"type": "keyword"},  # a time of day has no date to parse
+    "duration": {"type": "keyword"},  # MariaDB's TIME, as it shows it: -01:00:00, 838:59:59.999999
     "uuid": {"type": "keyword"},
     # A json column may hold an object in one row and a string, number, array or null in another: a dynamic
     # object refused every row whose shape differed from the first (a mapping conflict). Not parsed, any JSON

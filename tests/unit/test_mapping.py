@@ -187,3 +187,49 @@ def test_an_interval_is_debeziums_text_whichever_path_read_it(postgres: str, deb
     assert convert(debezium, "interval") == debezium
     assert convert(postgres, "interval") == debezium
     assert canonical_value(postgres, "interval") == debezium
+
+
+@pytest.mark.parametrize(
+    "micros,driver,text",
+    [
+        (0, timedelta(0), "00:00:00"),
+        (49_530_123_456, timedelta(hours=13, minutes=45, seconds=30, microseconds=123456), "13:45:30.123456"),
+        (3_020_399_999_999, timedelta(hours=838, minutes=59, seconds=59, microseconds=999999), "838:59:59.999999"),
+        (-3_020_399_999_999, -timedelta(hours=838, minutes=59, seconds=59, microseconds=999999), "-838:59:59.999999"),
+        (-3_600_000_000, timedelta(hours=-1), "-01:00:00"),
+        (-500_000, timedelta(microseconds=-500_000), "-00:00:00.500000"),
+        (90_000_000_000, timedelta(hours=25), "25:00:00"),
+    ],
+)
+def test_a_mariadb_time_is_its_own_text_past_a_day_and_below_zero(micros: int, driver: timedelta, text: str) -> None:
+    """Debezium's microseconds, the driver's timedelta and a JDBC read's text meet in the text MariaDB shows."""
+    assert convert(micros, "duration") == text
+    assert canonical_value(driver, "duration") == text
+    assert convert(text, "duration") == text
+    assert doc_id({"t": micros}, TableMapping("db.t", "t", ("t",), types={"t": "duration"})) == text
+    assert doc_id({"t": driver}, TableMapping("db.t", "t", ("t",), types={"t": "duration"})) == text
+
+
+def test_a_time_of_day_reads_as_the_same_duration_text_whichever_form_it_came_in() -> None:
+    """An older connector config sent MariaDB's TIME as ISO text: its records in a compacted topic still read."""
+    assert convert("13:45:30.123456Z", "duration") == convert(49_530_123_456, "duration")
+    assert convert("07:00:00Z", "duration") == "07:00:00" == canonical_value(time(7), "duration")
+    with pytest.raises(PoisonRecord):
+        convert("7 o'clock", "duration")
+
+
+def test_mariadb_dates_and_datetimes_as_counts_by_the_columns_precision() -> None:
+    """DATE: days; DATETIME(0-3): milliseconds; DATETIME(4-6): microseconds (adaptive_time_microseconds)."""
+    assert convert(19782, "date") == date(2024, 2, 29) == convert("2024-02-29Z", "date")
+    assert convert(-719162, "date") == date(1, 1, 1)
+    assert convert(2932896, "date") == date(9999, 12, 31)
+    at = datetime(2024, 2, 29, 11, 45, 30, 123000, UTC)
+    micros, millis = 1_709_207_130_123_000, 1_709_207_130_123
+    assert convert(micros, "timestamp") == at
+    mapping = TableMapping("db.t", "t", ("at",), types={"at": "timestamp", "n": "int"}, millis=frozenset({"at"}))
+    by_id = TableMapping("db.t", "t", ("id",), types={"at": "timestamp", "n": "int"}, millis=frozenset({"at"}))
+    assert map_row(change({"at": millis, "n": 1}), by_id).doc == {"at": at, "n": 1}
+    assert doc_id({"at": millis}, mapping) == at.isoformat() == doc_id({"at": "2024-02-29T11:45:30.123Z"}, mapping)
+    assert doc_id({"at": at.replace(tzinfo=None)}, mapping) == at.isoformat()  # the driver's naive datetime
+    latest = datetime(9999, 12, 31, 23, 59, 59, 999999, UTC)
+    assert convert(253_402_300_799_999_999, "timestamp") == latest
