@@ -8,8 +8,6 @@ registered unless all pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import psycopg
 import pymysql  # type: ignore[import-untyped]
 
@@ -95,7 +93,8 @@ def _multidimensional(conn: psycopg.Connection, table: TableRef, where: str) -> 
     ]
 
 
-def check_mariadb(source: SourceConfig) -> list[str]:
+def check_mariadb(source: SourceConfig, new: bool = True) -> list[str]:
+    """The server settings, grants and tables capture needs; ``new``: the connector is yet to be made."""
     where = f"source {source.name} ({source.kind} {source.host}:{source.port})"
     try:
         conn = connect_mariadb(source, timeout_s=5, database=False)
@@ -119,7 +118,7 @@ def check_mariadb(source: SourceConfig) -> list[str]:
                 f"{where}: {source.user} lacks REPLICATION SLAVE; run GRANT REPLICATION SLAVE, BINLOG MONITOR, "
                 f"RELOAD, SELECT ON *.* TO '{source.user}'@'%'"
             )
-        problems.extend(_unparseable_columns(cur, source, where))
+        problems.extend(_unparseable_columns(cur, source, where, new))
         for table in source.tables:
             cur.execute(
                 "SELECT t.table_name, EXISTS (SELECT 1 FROM information_schema.table_constraints c"
@@ -142,11 +141,12 @@ def check_mariadb(source: SourceConfig) -> list[str]:
 UNPARSEABLE_TYPES = {"inet4": "VARCHAR(15) or INT UNSIGNED", "inet6": "VARCHAR(39) or BINARY(16)"}
 
 
-def _unparseable_columns(cur: pymysql.cursors.Cursor, source: SourceConfig, where: str) -> list[str]:
-    """Columns, in any table of the captured databases, whose DDL would stop the connector.
+def _unparseable_columns(cur: pymysql.cursors.Cursor, source: SourceConfig, where: str, new: bool) -> list[str]:
+    """Columns whose DDL would stop the connector: in a captured table, or, before its first snapshot, any table.
 
-    The connector keeps the DDL of every table of its databases (docs/capture.md, "Signals"), captured or
-    not, so one such table anywhere in them fails it, in its snapshot or when it reads the statement.
+    The connector keeps the DDL of every table of its databases (docs/capture.md, "Signals"). Its snapshot
+    reads each one's, captured or not, and fails on such a column; once streaming, it skips a statement
+    that names such a type and no captured table (``connectors.render.ddl_filter``).
     """
     databases = sorted({t.namespace for t in source.tables})
     marks = ", ".join(["%s"] * len(databases))
@@ -160,11 +160,14 @@ def _unparseable_columns(cur: pymysql.cursors.Cursor, source: SourceConfig, wher
     problems = []
     for schema, table, column, kind in cur.fetchall():
         name = f"{schema}.{table}"
+        if name not in captured and not new:
+            continue
         scope = "" if name in captured else f", which is not captured but lives in captured database {schema}"
         problems.append(
             f"{where}: table {name}{scope}: column {column} is {kind.upper()}, a type Debezium's DDL parser cannot "
-            f"read, so capture of database {schema} would stop; change it to {UNPARSEABLE_TYPES[kind.lower()]}, "
-            "or move the table to a database this source does not capture (docs/capture.md)"
+            f"read, so capture of database {schema} would stop{'' if name in captured else ' in its first snapshot'}"
+            f"; change it to {UNPARSEABLE_TYPES[kind.lower()]}, or move the table to a database this source does"
+            " not capture (docs/capture.md)"
         )
     return problems
 
@@ -200,14 +203,12 @@ def gtid_problems(domain: int, strict: bool, binlog_pos: str, where: str) -> lis
     return problems
 
 
-CHECKS: dict[str, Callable[[SourceConfig], list[str]]] = {
-    "postgres": check_postgres,
-    "mariadb": check_mariadb,
-}
-
-
 def run_preflight(config: Config, client: ConnectClient, sources: list[SourceConfig]) -> list[str]:
     problems = check_connect(client, config)
-    for source in sources:
-        problems.extend(CHECKS[source.kind](source))  # kind mysql is refused when the config loads
+    reachable = not problems
+    for source in sources:  # kind mysql is refused when the config loads
+        if source.kind == "postgres":
+            problems.extend(check_postgres(source))
+        else:  # before its first snapshot, which reads every table's DDL
+            problems.extend(check_mariadb(source, new=not reachable or client.get_config(source.name) is None))
     return problems

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from cdcsync.config import Config
 from cdcsync.connectors.render import redact, render
 from cdcsync.connectors.topics import topic_specs
@@ -123,3 +125,23 @@ def test_debezium_numbers_and_booleans_are_taken_as_connect_stores_them() -> Non
     assert rendered["snapshot.fetch.size"] == "10240"
     assert rendered["provide.transaction.metadata"] == "false"
     assert rendered["x.ratio"] == "0.5"
+
+
+def test_mariadb_skips_ddl_it_cannot_parse_only_where_it_names_no_captured_table() -> None:
+    """Debezium's own DDL filters stay; ours is the last regex, matched whole, case-insensitively, as Java does."""
+    cfg = config(kind="mariadb", tables=["app.orders", "app.ok"])
+    patterns = render(cfg.sources[0], cfg)["internal.schema.history.internal.ddl.filter"].split(",")
+    assert "SAVEPOINT .*" in patterns and "FLUSH RELAY LOGS.*" in patterns
+    ours = re.compile(patterns[-1], re.IGNORECASE | re.DOTALL)
+    skipped = [
+        "CREATE TABLE hosts (id int PRIMARY KEY, addr INET6)",
+        "CREATE TABLE `orders_archive` (a inet4)",  # another table whose name holds a captured one's
+        "create table h (\n a\n Inet6\n)",
+    ]
+    parsed = [
+        "ALTER TABLE app.orders ADD COLUMN addr INET6",  # a captured table: it must stop capture, not be skipped
+        "ALTER TABLE `ok` ADD x inet4",
+        "CREATE TABLE t (a varchar(39) DEFAULT INET6_NTOA(1))",  # the functions are not the types
+        "CREATE TABLE t (a varchar(39))",
+    ]
+    assert [bool(ours.fullmatch(sql)) for sql in skipped + parsed] == [True] * 3 + [False] * 4
