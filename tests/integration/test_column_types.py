@@ -2,7 +2,8 @@
 
 Debezium's JSON (schemas off, see connectors/templates) is decoded the way a
 follower will decode it: decimals are exact strings, temporal values ISO
-strings in UTC, JSON columns JSON text, binary base64. "Intact" means that
+strings in UTC (MariaDB's dates, times and datetimes as counts of days and
+microseconds), JSON columns JSON text, binary base64. "Intact" means that
 decoding gives back exactly the value written, including a zone shift.
 """
 
@@ -34,6 +35,22 @@ def iso_time(v: str) -> time:
 
 def iso_ts(v: str) -> datetime:
     return datetime.fromisoformat(v)
+
+
+# MariaDB's connector counts (time.precision.mode=adaptive_time_microseconds: a TIME may pass 24 h).
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def days(v: int) -> date:
+    return EPOCH.date() + timedelta(days=v)
+
+
+def micros_of_day(v: int) -> time:
+    return (datetime.min + timedelta(microseconds=v)).time()
+
+
+def micros(v: int) -> datetime:
+    return EPOCH + timedelta(microseconds=v)
 
 
 same: Callable[[Any], Any] = lambda v: v  # noqa: E731
@@ -76,6 +93,8 @@ POSTGRES = {
 }
 MARIADB = {
     **COMMON,
+    "c_date": ("date", "'2024-02-29'", date(2024, 2, 29), days),
+    "c_time": ("time(6)", "'13:45:30.123456'", time(13, 45, 30, 123456), micros_of_day),
     "c_tiny": ("tinyint", "-128", -128, same),
     "c_medium": ("mediumint", "8388607", 8388607, same),
     "c_bool": ("boolean", "true", 1, same),  # MariaDB's BOOLEAN is TINYINT(1): it stores 1
@@ -83,7 +102,7 @@ MARIADB = {
         "datetime(6)",
         "'2024-02-29 13:45:30.123456'",
         datetime(2024, 2, 29, 13, 45, 30, 123456, UTC),
-        iso_ts,
+        micros,
     ),
     # Written in a +02:00 session: TIMESTAMP is zone-aware, so the topic has 11:45 UTC.
     "c_ts": (
