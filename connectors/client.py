@@ -74,7 +74,9 @@ class ConnectClient:
         """Connect's own validation of a config: field name -> errors (empty when valid)."""
         plugin = connector_class.rsplit(".", 1)[-1]
         result = self._call("PUT", f"/connector-plugins/{quote(plugin)}/config/validate", config)
-        return {c["value"]["name"]: c["value"]["errors"] for c in result.get("configs", []) if c["value"].get("errors")}
+        # An entry's value may be null (Debezium 3.6 lists some definitions without one).
+        values = [c.get("value") or {} for c in result.get("configs", [])]
+        return {v["name"]: v["errors"] for v in values if v.get("errors")}
 
     def put_config(self, name: str, config: dict[str, str]) -> dict[str, Any]:
         return self._call("PUT", f"/connectors/{quote(name)}/config", config)
