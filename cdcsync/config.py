@@ -102,13 +102,42 @@ class ConnectSettings(_Strict):
 
 
 class TableRef(_Strict):
-    """A captured table: ``namespace`` is the Postgres schema or the MariaDB database."""
+    """A captured table: ``namespace`` is the Postgres schema or the MariaDB database.
 
-    namespace: str
-    table: str
+    Any name the database accepts (spaces, dots, unicode, reserved words, mixed case): the short form
+    ``namespace.table`` in a config is for plain names; others are written ``{namespace: ..., table: ...}``.
+    """
+
+    namespace: str = Field(min_length=1)
+    table: str = Field(min_length=1)
 
     def __str__(self) -> str:
         return f"{self.namespace}.{self.table}"
+
+
+TOPIC_MAX = 249  # Kafka's longest topic name
+
+
+def topic_name(*parts: str) -> str:
+    """Debezium's topic name for ``parts`` joined by dots: each UTF-16 unit Kafka refuses becomes '_'.
+
+    As Debezium's default topic naming strategy writes it (a name that differs is logged as a WARN by the
+    connector, never an error), so a follower reads the topic capture writes.
+    """
+    name = ".".join(parts)
+    units = name.encode("utf-16-le")
+    out = []
+    for i in range(0, len(units), 2):
+        unit = int.from_bytes(units[i : i + 2], "little")
+        out.append(chr(unit) if unit < 128 and (chr(unit).isalnum() or chr(unit) in "._-") else "_")
+    return "".join(out)[:TOPIC_MAX]
+
+
+def default_target(table: str) -> str:
+    """A table's target when its mapping names none: its name in lower case, with what an Elasticsearch
+    index, a Redis key or a warehouse path may not hold (spaces, unicode, quotes...) as '_'."""
+    name = re.sub(r"[^a-z0-9_.-]", "_", table.lower()).lstrip("_.-")
+    return name[:200] or "table"
 
 
 class SourceConfig(_Strict):
@@ -175,7 +204,10 @@ class SourceConfig(_Strict):
                 if len(parts) == 1 and default_ns:
                     parts = [default_ns, parts[0]]
                 if len(parts) != 2 or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", p) for p in parts):
-                    raise ValueError(f"table {item!r} is not 'namespace.table' or 'table'")
+                    raise ValueError(
+                        f"table {item!r} is not 'namespace.table' or 'table' of plain names; write a name with "
+                        "spaces, dots or other characters as {namespace: ..., table: ...}"
+                    )
                 parsed.append({"namespace": parts[0], "table": parts[1]})
             else:
                 parsed.append(item)
@@ -191,8 +223,23 @@ class SourceConfig(_Strict):
             object.__setattr__(self, "server_id", 5400 + sum(map(ord, self.name)) % 10000)
         return self
 
+    @model_validator(mode="after")
+    def _one_topic_per_table(self) -> SourceConfig:
+        # Debezium writes characters Kafka refuses as '_': two such tables would share one topic.
+        seen: dict[str, TableRef] = {}
+        for table in self.tables:
+            topic = self.topic(table)
+            if topic in seen and seen[topic] != table:
+                raise ValueError(
+                    f"tables {str(seen[topic])!r} and {str(table)!r} would both be captured into topic {topic!r} "
+                    "(Debezium writes each character a Kafka topic name may not hold as '_'); capture one of them "
+                    "in a source of its own"
+                )
+            seen[topic] = table
+        return self
+
     def topic(self, table: TableRef) -> str:
-        return f"{self.name}.{table.namespace}.{table.table}"
+        return topic_name(self.name, table.namespace, table.table)
 
     @property
     def signal_table(self) -> TableRef:
@@ -404,7 +451,7 @@ class Config(_Strict):
                     if wanted is not None and name not in wanted:
                         continue
                     override = follower.mapping_for(source.name, table)
-                    target = (override.target if override and override.target else table.table).lower()
+                    target = override.target if override and override.target else default_target(table.table)
                     if target in seen and seen[target].endswith(f".{table}"):  # the same namespace.table
                         raise ValueError(
                             f"followers[{follower.name}]: {seen[target]} and {name} both map to target {target!r}; "

@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 from psycopg.types.string import TextLoader
 
-from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
+from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef, default_target
 from cdcsync.db import connect_mariadb, connect_postgres
 from cdcsync.errors import FatalError
 from cdcsync.sync.mapping import TableMapping
@@ -178,7 +178,7 @@ def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfi
         types.update(override.types)
     return TableMapping(
         table=str(table),
-        target=(override.target if override and override.target else table.table).lower(),
+        target=override.target if override and override.target else default_target(table.table),
         key_columns=key_columns,
         include=tuple(override.include) if override and override.include is not None else None,
         rename=dict(override.rename) if override else {},

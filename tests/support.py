@@ -240,7 +240,8 @@ def captured(kind: str, ddl: list[str], tables: list[str], **extra: Any) -> Iter
     finally:
         drop_capture(config)
         for table in tables:
-            execute(kind, f"DROP TABLE IF EXISTS {table}")
+            if isinstance(table, str):
+                execute(kind, f"DROP TABLE IF EXISTS {table}")
 
 
 @contextmanager

@@ -75,6 +75,7 @@ from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks.delta_values import (
     BIGINT,
     BOOLEAN,
+    COLUMN_MAPPING,
     STRING,
     TIMESTAMP,
     commit_ts,
@@ -82,6 +83,7 @@ from cdcsync.sync.sinks.delta_values import (
     encode,
     frame,
     kind_of,
+    needs_column_mapping,
     quote,
     read_column,
     spark_type,
@@ -332,7 +334,10 @@ class DeltaSink:
         schema = T.StructType(META.fields + [T.StructField(n, spark_type(k)) for n, k in columns.items()])
         table = _Table(path, {}, history or f"{path}__history")
         with one_writer(path), _spark_errors(f"opening {path}"):
-            DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema).execute()
+            builder = DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema)
+            for prop, value in (COLUMN_MAPPING if needs_column_mapping(columns) else {}).items():
+                builder = builder.property(prop, value)
+            builder.execute()
             existing = DeltaTable.forPath(self._spark, path).toDF().schema
             self._checkpoint_here(path, self._set_properties(path))
         if self.history:
@@ -383,6 +388,9 @@ class DeltaSink:
             return
         listed = ", ".join(f"{quote(n)} {spark_type(k).simpleString()}" for n, k in columns.items())
         with one_writer(table.path), _spark_errors(f"adding columns to {table.path}"):
+            if needs_column_mapping(columns):  # a no-op on a table that has it
+                props = ", ".join(f"'{prop}' = '{value}'" for prop, value in COLUMN_MAPPING.items())
+                self._spark.sql(f"ALTER TABLE delta.{quote(table.path)} SET TBLPROPERTIES ({props})")
             self._spark.sql(f"ALTER TABLE delta.{quote(table.path)} ADD COLUMNS ({listed})")
         table.kinds.update(columns)
 

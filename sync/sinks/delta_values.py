@@ -17,6 +17,8 @@ tell a null from an absent field).
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Context, Decimal
 from typing import Any
@@ -83,6 +85,16 @@ def spark_type(kind: str | None) -> T.DataType:
 def kind_of(data_type: T.DataType) -> str | None:
     """The kind of a table column the mapping does not declare (STRING: JSON text)."""
     return next((k for k, (t, _, _) in SPARK_TYPES.items() if t == data_type != STRING), None)
+
+
+# Delta refuses these characters in a column name unless the table maps its columns by name (a column
+# "Order Id"): such a table is made, or upgraded, with column mapping (Delta reader 2, writer 5).
+UNMAPPABLE = re.compile(r"[ ,;{}()\n\t=]")
+COLUMN_MAPPING = {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}
+
+
+def needs_column_mapping(columns: Iterable[str]) -> bool:
+    return any(UNMAPPABLE.search(name) for name in columns)
 
 
 def quote(name: str) -> str:

@@ -175,7 +175,7 @@ def tear_down(config: Config, tag: str, daemon: subprocess.Popen | None, tables:
 def scenario(
     spark: Any,
     tmp: Path,
-    tables: dict[str, list[str]],
+    tables: dict[str, list[Any]],
     ddl: dict[str, list[str]],
     mappings: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
@@ -214,4 +214,5 @@ def scenario(
         drop_stores(config, tag)
         for kind, names in tables.items():
             for name in names:
-                execute(kind, f"DROP TABLE IF EXISTS {name.split('.')[-1]}")
+                if isinstance(name, str):  # a {namespace, table} is the test's own to drop
+                    execute(kind, f"DROP TABLE IF EXISTS {name.split('.')[-1]}")

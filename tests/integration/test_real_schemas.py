@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from cdcsync import metrics
+from cdcsync.config import default_target
 from cdcsync.connectors.apply import apply, client_for
 from cdcsync.connectors.source_setup import carry_out, plan
 from cdcsync.connectors.watch import CaptureWatch
@@ -279,6 +280,59 @@ def test_mariadb_times_past_a_day_or_below_zero_and_datetimes_of_each_precision_
             "9999-12-31T23:59:59.999999+00:00",
         )
         assert (second["d"], second["dt6"]) == ("9999-12-31", "1965-06-15T12:00:00.000001+00:00")
+
+
+def test_names_with_spaces_dots_unicode_and_reserved_words_converge_in_every_store(spark: Any, tmp_path: Path) -> None:
+    """Schema, table and column names a user may quote, on both databases; two tables whose topic names differ
+    only where Debezium replaces characters Kafka refuses would collide, so the names here stay distinct."""
+    u = uid()
+    schema, table, db = f"Sales Dept.{u}", "Order Items ü", f"Shop Ö.{u}"
+    pg, ma = f'"{schema}"."{table}"', f"`{db}`.`{table}`"
+    columns = '"Order Id" int, "select" text, "Ünïcode col" text, "a.b" int, "MixedCase" int'
+    ddl = {
+        "postgres": [
+            f'CREATE SCHEMA "{schema}"',
+            f'CREATE TABLE {pg} ({columns}, PRIMARY KEY ("Order Id"))',
+            f"INSERT INTO {pg} VALUES (1, 'x', 'ü', 1, 10), (2, 'y', NULL, 2, 20), (3, 'z', 'ß', 3, 30)",
+        ],
+        "mariadb": [
+            f"CREATE DATABASE `{db}`",
+            f"CREATE TABLE {ma} ({columns.replace(chr(34), '`')}, PRIMARY KEY (`Order Id`))",
+            f"INSERT INTO {ma} VALUES (1, 'x', 'ü', 1, 10), (2, 'y', NULL, 2, 20), (3, 'z', 'ß', 3, 30)",
+        ],
+    }
+    tables = {
+        "postgres": [{"namespace": schema, "table": table}],
+        "mariadb": [{"namespace": db, "table": table}],
+    }
+    mappings = {f"{db}.{table}": {"target": f"maria_{u}"}}  # the same table name in both databases
+    try:
+        with scenario(spark, tmp_path, tables, ddl, mappings=mappings) as sc:
+            sc.run_once()
+            execute(
+                "postgres",
+                f'UPDATE {pg} SET "select" = \'x2\', "a.b" = -1 WHERE "Order Id" = 1',
+                f'DELETE FROM {pg} WHERE "Order Id" = 2',
+                f"INSERT INTO {pg} VALUES (4, 'w', 'é', 4, 40)",
+            )
+            execute(
+                "mariadb",
+                f"UPDATE {ma} SET `select` = 'x2', `a.b` = -1 WHERE `Order Id` = 1",
+                f"DELETE FROM {ma} WHERE `Order Id` = 2",
+                f"INSERT INTO {ma} VALUES (4, 'w', 'é', 4, 40)",
+            )
+            sc.run_once()
+            sc.assert_converged()
+            assert default_target(table) == "order_items__"
+            for follower in FOLLOWERS:
+                for target in ("order_items__", f"maria_{u}"):
+                    held = {k: doc for k, (_, doc) in sc.held(follower, target).items()}
+                    assert sorted(held) == ["1", "3", "4"], (follower, target, held)
+                    first = held["1"]
+                    assert (first["select"], first["Ünïcode col"], str(first["a.b"])) == ("x2", "ü", "-1"), first
+    finally:
+        execute("postgres", f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        execute("mariadb", f"DROP DATABASE IF EXISTS `{db}`")
 
 
 def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_stores(

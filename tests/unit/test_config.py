@@ -117,3 +117,36 @@ def test_two_sources_with_the_same_table_in_one_follower_are_refused_at_load_wit
     # A follower that takes one of the two tables only is fine as it is.
     one = {**follower, "tables": ["pg_main.public.customers", "pg_eu.sales.orders"]}
     load_config(write(tmp_path, {"sources": [SOURCE, other], "followers": [one]}), env={})
+
+
+def test_any_name_the_database_accepts_is_captured_into_debeziums_topic_and_a_target_every_store_takes(
+    tmp_path: Path,
+) -> None:
+    from cdcsync.config import default_target, topic_name
+    from cdcsync.connectors.render import render, table_id
+
+    odd = {"namespace": "Sales Dept.2024", "table": 'Order "Items" ü'}
+    cfg = load_config(write(tmp_path, {"sources": [{**SOURCE, "tables": ["customers", odd]}]}), env={})
+    source = cfg.sources[0]
+    # Debezium's rule: each UTF-16 unit outside [A-Za-z0-9._-] becomes '_' (a character past U+FFFF: two).
+    assert source.topic(source.tables[1]) == "pg_main.Sales_Dept.2024.Order__Items___"
+    assert topic_name("s", "a", "😀") == "s.a.__"
+    assert default_target('Order "Items" ü') == "order__items___"
+    assert default_target("_Ünï") == "n_" and default_target("ü") == "table"
+    assert table_id(source.tables[1]) == '"Sales Dept.2024"."Order ""Items"" ü"'
+    assert table_id(source.tables[0]) == "public.customers"
+    rendered = render(source, cfg)
+    assert rendered["table.include.list"] == r'public\.customers,Sales\ Dept\.2024\.Order\ "Items"\ ü'
+
+
+def test_two_tables_debezium_would_write_into_one_topic_are_refused(tmp_path: Path) -> None:
+    tables = [{"namespace": "public", "table": "order items"}, {"namespace": "public", "table": "order_items"}]
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, {"sources": [{**SOURCE, "tables": tables}]}), env={})
+    assert "would both be captured into topic 'pg_main.public.order_items'" in str(err.value)
+
+
+def test_a_short_table_name_with_a_space_or_a_dot_points_to_the_long_form(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, {"sources": [{**SOURCE, "tables": ["sales.order items"]}]}), env={})
+    assert "{namespace: ..., table: ...}" in str(err.value)
