@@ -281,6 +281,8 @@ MappingType = Literal[
     "geometry",
     "interval",
     "duration",
+    "pg_text",
+    "geometric",
 ]
 
 

@@ -52,7 +52,7 @@ def pieces(
     }
     # A Postgres point is JDBC OTHER, which Spark cannot read: as text, "(x,y)" (sync.mapping reads it); MariaDB's
     # spatial values arrive as bytes.
-    as_text = TEXT_KINDS | ({"point"} if source.kind == "postgres" else set())
+    as_text = TEXT_KINDS | ({"point", "pg_text", "geometric"} if source.kind == "postgres" else set())
     text_columns = [c for c, kind in mapping.types.items() if kind in as_text]
     if text_columns:
         options["customSchema"] = ", ".join(f"`{c}` STRING" for c in text_columns)

@@ -93,9 +93,10 @@ class PostgresRead:
 
     def session_init(self) -> str:
         """Run by each JDBC reader before its query: join the exported snapshot."""
-        return (  # an interval as ISO 8601 text, the form sync.mapping reads (Debezium's, parts left out)
+        return (  # an interval as ISO 8601 text, the form sync.values reads (Debezium's, parts left out); money
+            # in the C locale's form, which sync.values reads as its digits
             f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '{self.snapshot_id}'; "
-            "SET IntervalStyle = 'iso_8601'"
+            "SET IntervalStyle = 'iso_8601'; SET lc_monetary = 'C'"
         )
 
     def count(self, qualified: str) -> int:

@@ -23,6 +23,8 @@ type           canonical Python value     from Debezium's JSON                 i
 ``geometry``   dict ``{wkb, srid}``           the same struct                      (never a key)
 ``interval``   ``str`` in Debezium's form   ``"P0Y1M-2DT0H0M1.5S"``              the same text
 ``duration``   ``str`` as MariaDB shows it  microseconds: ``-3600000000``       ``-01:00:00``
+``pg_text``    ``str``: Postgres' text      base64 of that text                  (not a key)
+``geometric``  ``str``, numbers as floats   base64 of the driver's text          (not a key)
 other          unchanged                  numbers, text, arrays                ``str(value)``: ``7``, ``abc``
 =============  =========================  ===================================  ====================================
 
@@ -145,12 +147,19 @@ def _duration(value: Any) -> str:
 _FAR_DECIMALS = {"POSITIVE_INFINITY": Decimal("Infinity"), "NEGATIVE_INFINITY": Decimal("-Infinity")}
 
 
+# Postgres money as its driver reads it in the C locale (lc_monetary = 'C', set by verify and a source copy).
+_MONEY_TEXT = re.compile(r"(-?)\$([\d,]+(?:\.\d+)?)")
+
+
 def _decimal(value: Any) -> Decimal:
     try:
         return Decimal(value)
     except ArithmeticError:
         if value in _FAR_DECIMALS:
             return _FAR_DECIMALS[value]
+        money = _MONEY_TEXT.fullmatch(value) if isinstance(value, str) else None
+        if money:
+            return Decimal(money.group(1) + money.group(2).replace(",", ""))
         raise
 
 
@@ -205,6 +214,24 @@ def _interval(value: str) -> str:
     return f"P{years}Y{months}M{days + 7 * weeks}DT{hours}H{minutes}M{format(seconds, 'f')}S"
 
 
+def _pg_text(value: Any) -> str:
+    """Postgres' text of a value Debezium has no form for (a box, a composite...): it sends the text's bytes."""
+    return base64.b64decode(value, validate=True).decode()
+
+
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _geometric(value: Any) -> str:
+    """A box, circle, line, lseg, path or polygon: its text with each coordinate as Python writes the float.
+
+    Debezium renders them through the JDBC driver (``(1.0,1.0),(0.0,0.0)``, ``1.0E20``), Postgres itself
+    (verify, a source copy) as ``(1,1),(0,0)``, ``1e+20``: the same numbers, written one way here.
+    """
+    text = _pg_text(value) if not isinstance(value, str) or not value.startswith(("(", "[", "<", "{")) else value
+    return _NUMBER.sub(lambda number: repr(float(number.group())), text)
+
+
 def _float(value: Any) -> float:
     # Debezium sends NaN and the infinities of float4/float8 as the strings "NaN", "Infinity", "-Infinity".
     return value if type(value) is float else float(value)
@@ -224,6 +251,8 @@ CONVERTERS: dict[str, Any] = {
     "point": _point,
     "interval": _interval,
     "duration": _duration,
+    "pg_text": _pg_text,
+    "geometric": _geometric,
 }
 # What a malformed value raises: Decimal's InvalidOperation is an ArithmeticError, not a ValueError.
 BAD_VALUE = (ValueError, TypeError, AttributeError, ArithmeticError)
@@ -265,7 +294,11 @@ def canonical_value(value: Any, kind: str | None) -> Any:
     if kind == "uuid":
         return str(value)
     if kind == "decimal":
-        return Decimal(value)
+        return _decimal(value)
+    if kind == "pg_text" and isinstance(value, bytes | memoryview):
+        return bytes(value).decode()
+    if kind == "geometric":
+        return _geometric(value)
     if kind == "duration":
         return _duration(value)
     if kind == "interval" and isinstance(value, str):

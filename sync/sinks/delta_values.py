@@ -45,6 +45,8 @@ SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
     "text": (STRING, str, "text"),
     "uuid": (STRING, str, "text"),
     "duration": (STRING, str, "text"),
+    "pg_text": (STRING, str, "text"),
+    "geometric": (STRING, str, "text"),
 }
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WIDE = Context(prec=80)

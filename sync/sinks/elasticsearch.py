@@ -116,9 +116,15 @@ DECIMAL_FIELD: dict[str, Any] = {
     "fields": {"exact": {"type": "keyword"}},
 }
 JSON_FIELD: dict[str, Any] = {"type": "object", "enabled": False}
+TEXT_FIELD: dict[str, Any] = {
+    "type": "text",
+    "fields": {"keyword": {"type": "keyword", "ignore_above": 256}},
+}  # dynamic's
 FIELD_TYPES: dict[str, dict[str, Any]] = {
     "decimal": DECIMAL_FIELD,
-    "text": {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}},  # = dynamic's
+    "text": TEXT_FIELD,
+    "pg_text": TEXT_FIELD,  # a tsquery, a pg_lsn, a composite value...: Postgres' text
+    "geometric": TEXT_FIELD,
     "date": {"type": "date"},
     "timestamp": {"type": "date"},  # _source keeps the microseconds; the index has millisecond precision
     "time": {"type": "keyword"},  # a time of day has no date to parse

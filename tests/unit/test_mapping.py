@@ -233,3 +233,18 @@ def test_mariadb_dates_and_datetimes_as_counts_by_the_columns_precision() -> Non
     assert doc_id({"at": at.replace(tzinfo=None)}, mapping) == at.isoformat()  # the driver's naive datetime
     latest = datetime(9999, 12, 31, 23, 59, 59, 999999, UTC)
     assert convert(253_402_300_799_999_999, "timestamp") == latest
+
+
+def test_money_geometric_and_other_postgres_text_meet_in_one_form_whichever_path_read_them() -> None:
+    """Debezium: money's digits, the base64 of a value's text; the driver (lc_monetary C): $1,234.56, the text."""
+    assert convert("-92233720368547758.08", "decimal") == Decimal("-92233720368547758.08")
+    assert canonical_value("-$92,233,720,368,547,758.08", "decimal") == Decimal("-92233720368547758.08")
+    assert canonical_value("$0.50", "decimal") == Decimal("0.50")
+    box = base64.b64encode(b"(1.0,1.0),(0.0,0.0)").decode()
+    assert convert(box, "geometric") == canonical_value("(1,1),(0,0)", "geometric") == "(1.0,1.0),(0.0,0.0)"
+    big = base64.b64encode(b"<(1.0E20,-0.5),2.5>").decode()
+    assert convert(big, "geometric") == canonical_value("<(1e+20,-0.5),2.5>", "geometric") == "<(1e+20,-0.5),2.5>"
+    pair = base64.b64encode(b'(1,"x ""y""")').decode()
+    assert convert(pair, "pg_text") == canonical_value('(1,"x ""y""")', "pg_text") == '(1,"x ""y""")'
+    with pytest.raises(PoisonRecord):
+        convert("not base64!", "pg_text")
