@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -378,6 +379,51 @@ def test_money_text_search_geometric_and_composite_values_reach_every_store_as_p
                 assert str(first["m"]) == "-92233720368547758.08", follower
     finally:
         execute("postgres", f"DROP TABLE IF EXISTS {t}", f"DROP TYPE IF EXISTS pair_{u}")
+
+
+def test_a_copy_from_the_source_reads_money_geometric_and_composite_values_as_capture_sends_them(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``bootstrap --from source`` reads these through Spark's JDBC reader, then the stream changes them."""
+    from cdcsync.snapshot.source import bootstrap_from_source
+    from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
+
+    u = uid()
+    t = f"copied_{u}"
+    ddl = {
+        "postgres": [
+            f"CREATE TYPE duo_{u} AS (a int, b text)",
+            f"CREATE TABLE {t} (id int PRIMARY KEY, m money, bx box, pr duo_{u}, tq tsquery, ma TIME)",
+            f"INSERT INTO {t} VALUES (1, '-1234.5', '((0,0),(1.5,1e20))', ROW(1, 'x'), 'a & b', '13:45:30'),"
+            " (2, NULL, NULL, NULL, NULL, NULL), (3, '92233720368547758.07', NULL, NULL, NULL, NULL)",
+        ]
+    }
+    try:
+        with scenario(
+            spark, tmp_path, {"postgres": [f"public.{t}"]}, ddl, source_options={"snapshot_mode": "no_data"}
+        ) as sc:
+            for cfg in sc.config.followers:
+                follower = build_follower(sc.config, cfg, spark, open_sink=False)
+                summary = bootstrap_from_source(
+                    sc.config, cfg, follower, spark, checkpoint_dir(sc.config, cfg), base_dir(sc.config)
+                )
+                assert summary.dead_lettered == 0, summary
+                sc.followers[cfg.name] = follower
+            sc.assert_converged()
+            execute("postgres", f"UPDATE {t} SET m = 7, bx = '((2,2),(3,3))' WHERE id = 2")
+            sc.run_once()
+            sc.assert_converged()
+            for follower in FOLLOWERS:
+                held = {k: doc for k, (_, doc) in sc.held(follower, t).items()}
+                first, third = held["1"], held["3"]
+                assert (Decimal(str(first["m"])), first["bx"], first["pr"]) == (
+                    Decimal("-1234.5"),
+                    "(1.5,1e+20),(0.0,0.0)",
+                    "(1,x)",
+                ), follower
+                assert Decimal(str(third["m"])) == Decimal("92233720368547758.07"), follower
+    finally:
+        execute("postgres", f"DROP TABLE IF EXISTS {t}", f"DROP TYPE IF EXISTS duo_{u}")
 
 
 def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_stores(
