@@ -41,6 +41,7 @@ from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from cdcsync.errors import ConfigError
+from cdcsync.names import default_target, topic_name
 
 ENV_PREFIX = "CDCSYNC_"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
@@ -113,31 +114,6 @@ class TableRef(_Strict):
 
     def __str__(self) -> str:
         return f"{self.namespace}.{self.table}"
-
-
-TOPIC_MAX = 249  # Kafka's longest topic name
-
-
-def topic_name(*parts: str) -> str:
-    """Debezium's topic name for ``parts`` joined by dots: each UTF-16 unit Kafka refuses becomes '_'.
-
-    As Debezium's default topic naming strategy writes it (a name that differs is logged as a WARN by the
-    connector, never an error), so a follower reads the topic capture writes.
-    """
-    name = ".".join(parts)
-    units = name.encode("utf-16-le")
-    out = []
-    for i in range(0, len(units), 2):
-        unit = int.from_bytes(units[i : i + 2], "little")
-        out.append(chr(unit) if unit < 128 and (chr(unit).isalnum() or chr(unit) in "._-") else "_")
-    return "".join(out)[:TOPIC_MAX]
-
-
-def default_target(table: str) -> str:
-    """A table's target when its mapping names none: its name in lower case, with what an Elasticsearch
-    index, a Redis key or a warehouse path may not hold (spaces, unicode, quotes...) as '_'."""
-    name = re.sub(r"[^a-z0-9_.-]", "_", table.lower()).lstrip("_.-")
-    return name[:200] or "table"
 
 
 class SourceConfig(_Strict):

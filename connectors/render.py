@@ -25,7 +25,8 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from cdcsync.config import SECRET_KEY, Config, SourceConfig, TableRef
+from cdcsync.config import SECRET_KEY, Config, SourceConfig
+from cdcsync.names import debezium_id
 
 CONNECTOR_CLASSES = {
     "postgres": "io.debezium.connector.postgresql.PostgresConnector",
@@ -134,14 +135,6 @@ DEBEZIUM_DDL_FILTER = (
 UNPARSEABLE_TYPE_WORDS = ("inet4", "inet6")  # MariaDB types Debezium's grammar lacks (connectors.preflight)
 
 
-def table_id(table: TableRef) -> str:
-    """A table as Debezium parses a table id in its config: a part that is not a plain name double-quoted."""
-    return ".".join(
-        part if re.fullmatch(r"\w+", part, re.ASCII) else '"' + part.replace('"', '""') + '"'
-        for part in (table.namespace, table.table)
-    )
-
-
 def ddl_filter(source: SourceConfig) -> str:
     """Debezium's DDL filter, plus: a statement naming a type its parser lacks and none of the captured tables.
 
@@ -175,7 +168,9 @@ def _render_clear(source: SourceConfig, config: Config) -> dict[str, str]:
         "database_include_list": ",".join(sorted({re.escape(t.namespace) for t in source.tables})),
         "bootstrap_servers": config.kafka.bootstrap_servers,
         "schema_history_topic": source.schema_history_topic,
-        "signal_table": table_id(source.signal_table),  # connectors.signals: snapshots of tables added later
+        "signal_table": debezium_id(
+            source.signal_table.namespace, source.signal_table.table
+        ),  # connectors.signals: snapshots of tables added later
         "ddl_filter": ddl_filter(source),
     }
     rendered = {k: Template(v).substitute(values) for k, v in template(source.kind).items()}

@@ -19,9 +19,10 @@ from psycopg.rows import dict_row
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 from psycopg.types.string import TextLoader
 
-from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef, default_target
+from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.db import connect_mariadb, connect_postgres
 from cdcsync.errors import FatalError
+from cdcsync.names import default_target
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.values import EARLIEST, LATEST
 

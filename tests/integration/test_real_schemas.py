@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from cdcsync import metrics
-from cdcsync.config import default_target
 from cdcsync.connectors.apply import apply, client_for
 from cdcsync.connectors.source_setup import carry_out, plan
 from cdcsync.connectors.watch import CaptureWatch
 from cdcsync.errors import PreflightError
+from cdcsync.names import default_target
 from cdcsync.sync.mapping import PLACEHOLDER
 from tests.integration.followers import scenario
 from tests.support import (

@@ -122,8 +122,8 @@ def test_two_sources_with_the_same_table_in_one_follower_are_refused_at_load_wit
 def test_any_name_the_database_accepts_is_captured_into_debeziums_topic_and_a_target_every_store_takes(
     tmp_path: Path,
 ) -> None:
-    from cdcsync.config import default_target, topic_name
-    from cdcsync.connectors.render import render, table_id
+    from cdcsync.connectors.render import render
+    from cdcsync.names import debezium_id, default_target, topic_name
 
     odd = {"namespace": "Sales Dept.2024", "table": 'Order "Items" ü'}
     cfg = load_config(write(tmp_path, {"sources": [{**SOURCE, "tables": ["customers", odd]}]}), env={})
@@ -133,8 +133,8 @@ def test_any_name_the_database_accepts_is_captured_into_debeziums_topic_and_a_ta
     assert topic_name("s", "a", "😀") == "s.a.__"
     assert default_target('Order "Items" ü') == "order__items___"
     assert default_target("_Ünï") == "n_" and default_target("ü") == "table"
-    assert table_id(source.tables[1]) == '"Sales Dept.2024"."Order ""Items"" ü"'
-    assert table_id(source.tables[0]) == "public.customers"
+    assert debezium_id("Sales Dept.2024", 'Order "Items" ü') == '"Sales Dept.2024"."Order ""Items"" ü"'
+    assert debezium_id("public", "customers") == "public.customers"
     rendered = render(source, cfg)
     assert rendered["table.include.list"] == r'public\.customers,Sales\ Dept\.2024\.Order\ "Items"\ ü'
 
