@@ -7,6 +7,7 @@ and dead-letter topic, all removed afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from elasticsearch import Elasticsearch
 from cdcsync.config import Config
 from cdcsync.connectors.apply import apply
 from cdcsync.sync.sinks import build_sink
-from cdcsync.sync.stream import build_follower, start_query
+from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_file, start_query
 from cdcsync.sync.verify import TableReport, verify_follower
 from tests.support import ENV, drop_capture, execute, read_topic, source_dict, uid, wait_streaming
 
@@ -84,6 +85,19 @@ class Scenario:
             query = start_query(self.spark, self.config, cfg, follower, once=True)
             query.awaitTermination(600)
             assert query.exception() is None, query.exception()
+
+    def bootstrap_from_source(self) -> None:
+        """Fill every follower's stores by ``bootstrap --from source`` (a source with snapshot_mode no_data)."""
+        from cdcsync.snapshot.source import bootstrap_from_source
+
+        for cfg in self.config.followers:
+            follower = build_follower(self.config, cfg, self.spark, open_sink=False)
+            summary = bootstrap_from_source(
+                self.config, cfg, follower, self.spark, checkpoint_dir(self.config, cfg), base_dir(self.config)
+            )
+            assert summary.dead_lettered == 0, summary
+            assert json.loads(start_file(base_dir(self.config), cfg.name).read_text())["from"] == "source"
+            self.followers[cfg.name] = follower
 
     def verify(self, *names: str) -> list[TableReport]:
         reports = []

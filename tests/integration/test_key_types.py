@@ -10,7 +10,6 @@ without zone), time, decimal, bytes, uuid, and a composite text + date.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ from typing import Any
 import pytest
 
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
-from cdcsync.snapshot.source import bootstrap_from_source
-from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_file
+from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
 from tests.integration.followers import Scenario, scenario
 from tests.support import execute, uid
 
@@ -117,14 +115,7 @@ def test_source_bootstrap_ids_are_the_streamed_ids(spark: Any, tmp_path: Path, k
         {kind: _ddl(kind, tables)},
         source_options={"snapshot_mode": "no_data"},
     ) as sc:
-        for cfg in sc.config.followers:
-            follower = build_follower(sc.config, cfg, spark, open_sink=False)
-            summary = bootstrap_from_source(
-                sc.config, cfg, follower, spark, checkpoint_dir(sc.config, cfg), base_dir(sc.config)
-            )
-            assert summary.dead_lettered == 0, summary
-            assert json.loads(start_file(base_dir(sc.config), cfg.name).read_text())["from"] == "source"
-            sc.followers[cfg.name] = follower
+        sc.bootstrap_from_source()
         _assert_one_document_per_row(sc, tables, ROWS)
         _update_then_delete(sc, kind, tables)
 

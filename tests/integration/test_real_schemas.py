@@ -385,9 +385,6 @@ def test_a_copy_from_the_source_reads_money_geometric_and_composite_values_as_ca
     spark: Any, tmp_path: Path
 ) -> None:
     """``bootstrap --from source`` reads these through Spark's JDBC reader, then the stream changes them."""
-    from cdcsync.snapshot.source import bootstrap_from_source
-    from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
-
     u = uid()
     t = f"copied_{u}"
     ddl = {
@@ -402,13 +399,7 @@ def test_a_copy_from_the_source_reads_money_geometric_and_composite_values_as_ca
         with scenario(
             spark, tmp_path, {"postgres": [f"public.{t}"]}, ddl, source_options={"snapshot_mode": "no_data"}
         ) as sc:
-            for cfg in sc.config.followers:
-                follower = build_follower(sc.config, cfg, spark, open_sink=False)
-                summary = bootstrap_from_source(
-                    sc.config, cfg, follower, spark, checkpoint_dir(sc.config, cfg), base_dir(sc.config)
-                )
-                assert summary.dead_lettered == 0, summary
-                sc.followers[cfg.name] = follower
+            sc.bootstrap_from_source()
             sc.assert_converged()
             execute("postgres", f"UPDATE {t} SET m = 7, bx = '((2,2),(3,3))' WHERE id = 2")
             sc.run_once()
