@@ -115,6 +115,10 @@ class Scenario:
     def held(self, follower: str, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         return self.followers[follower].sink.held(target)
 
+    def docs(self, follower: str, target: str) -> dict[str, dict[str, Any]]:
+        """What a follower's store holds for ``target``: id -> document, read through the store's own client."""
+        return {ident: doc for ident, (_version, doc) in self.held(follower, target).items()}
+
 
 def numbered_table(t: str, rows: int, kind: str = "postgres") -> dict[str, list[str]]:
     """DDL for ``scenario``: a table ``t (id, v)`` holding ids 1..rows, v = id."""

@@ -273,7 +273,7 @@ def test_mariadb_times_past_a_day_or_below_zero_and_datetimes_of_each_precision_
         for follower in FOLLOWERS:
             held = sc.held(follower, ma)
             assert {k: (doc["t"], doc["t0"]) for k, (_, doc) in held.items()} == expected, follower
-        search = {k: doc for k, (_, doc) in sc.held("search", ma).items()}
+        search = sc.docs("search", ma)
         first, second = search["1|2024-02-29T11:45:30.123000+00:00"], search["2|1969-12-31T23:59:59.999000+00:00"]
         assert (first["d"], first["dt0"], first["dt6"]) == (
             "1000-01-01",
@@ -327,7 +327,7 @@ def test_names_with_spaces_dots_unicode_and_reserved_words_converge_in_every_sto
             assert default_target(table) == "order_items__"
             for follower in FOLLOWERS:
                 for target in ("order_items__", f"maria_{u}"):
-                    held = {k: doc for k, (_, doc) in sc.held(follower, target).items()}
+                    held = sc.docs(follower, target)
                     assert sorted(held) == ["1", "3", "4"], (follower, target, held)
                     first = held["1"]
                     assert (first["select"], first["Ünïcode col"], str(first["a.b"])) == ("x2", "ü", "-1"), first
@@ -362,7 +362,7 @@ def test_money_text_search_geometric_and_composite_values_reach_every_store_as_p
             sc.run_once()
             sc.assert_converged()
             for follower in FOLLOWERS:
-                held = {k: doc for k, (_, doc) in sc.held(follower, t).items()}
+                held = sc.docs(follower, t)
                 first, second = held["1"], held["2"]
                 assert (first["bx"], first["ci"], first["ln"], first["lsn"]) == (
                     "(1.0,1.0),(0.0,0.0)",
@@ -405,7 +405,7 @@ def test_a_copy_from_the_source_reads_money_geometric_and_composite_values_as_ca
             sc.run_once()
             sc.assert_converged()
             for follower in FOLLOWERS:
-                held = {k: doc for k, (_, doc) in sc.held(follower, t).items()}
+                held = sc.docs(follower, t)
                 first, third = held["1"], held["3"]
                 assert (Decimal(str(first["m"])), first["bx"], first["pr"]) == (
                     Decimal("-1234.5"),
@@ -483,7 +483,7 @@ def test_a_json_column_holding_objects_arrays_scalars_and_null_reaches_every_sto
         execute("mariadb", f"UPDATE {ma} SET j = '\"swapped\"' WHERE id = 0")
         sc.run_once()
         sc.assert_converged()
-        docs = {k: doc for k, (_, doc) in sc.held("search", pg).items()}  # _source, through Elasticsearch's client
+        docs = sc.docs("search", pg)  # _source, through Elasticsearch's client
         assert [docs[str(i)]["j"] for i in range(len(values))] == [
             [],
             "text",
@@ -526,7 +526,7 @@ def test_points_and_spatial_values_reach_every_store_as_debeziums_struct(spark: 
                 "2": (7.0, 8.0),
                 "3": None,
             }, follower
-            spatial = {k: doc for k, (_, doc) in sc.held(follower, ma).items()}
+            spatial = sc.docs(follower, ma)
             g = spatial["1"]["g"]
             assert (json.loads(g) if isinstance(g, str) else g)["wkb"].startswith("AQIAAAAC"), follower  # LINESTRING
 
@@ -552,7 +552,7 @@ def test_intervals_network_addresses_ranges_and_xml_converge_and_verify_reads_th
         sc.run_once()
         sc.assert_converged()
         for follower in FOLLOWERS:
-            held = {k: doc for k, (_, doc) in sc.held(follower, t).items()}
+            held = sc.docs(follower, t)
             assert held["1"]["iv"] == "P1Y3M3DT4H5M6.7S" and held["3"]["iv"] == "P0Y0M14DT0H0M-1S", follower
             assert (held["1"]["i"], held["2"]["c"], held["2"]["r"]) == ("10.1.2.3/16", "2001:db8::/32", "empty")
 
