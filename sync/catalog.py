@@ -85,6 +85,7 @@ class Columns(NamedTuple):
     key: tuple[str, ...]  # the primary key's columns in key order
     filled: frozenset[str]
     millis: frozenset[str]  # timestamp columns Debezium counts in milliseconds (TableMapping.millis)
+    decimals: dict[str, tuple[int, int]]  # (precision, scale) of decimals a DECIMAL(38) holds (TableMapping.decimals)
 
 
 def columns(source: SourceConfig, table: TableRef) -> Columns:
@@ -114,13 +115,15 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
         types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind, _ in rows}
         filled = frozenset(name for name, _, has_value in rows if has_value)
         millis: frozenset[str] = frozenset()
+        decimals: dict[str, tuple[int, int]] = {}  # a Postgres numeric, even numeric(p,s), may hold NaN
     else:
         conn = connect_mariadb(source)
         with conn, conn.cursor() as cur:
             # COLUMN_DEFAULT: SQL NULL for no default on a NOT NULL column, the text 'NULL' for DEFAULT NULL.
             cur.execute(
                 "SELECT column_name, data_type, column_type, (column_default IS NOT NULL AND column_default <>"
-                " 'NULL') OR extra LIKE '%%GENERATED%%', datetime_precision FROM information_schema.columns"
+                " 'NULL') OR extra LIKE '%%GENERATED%%', datetime_precision, numeric_precision, numeric_scale"
+                " FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                 (table.namespace, table.table),
             )
@@ -142,6 +145,7 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
         filled = frozenset(row[0] for row in rows if row[3])
         # Debezium counts a DATETIME(0) to (3) in milliseconds, a DATETIME(4) to (6) in microseconds.
         millis = frozenset(row[0] for row in rows if row[1].lower() == "datetime" and (row[4] or 0) <= 3)
+        decimals = {row[0]: (row[5], row[6]) for row in rows if _fixed_decimal(row[1], row[2], row[5])}
         for name, kind, column_type, *_ in rows:
             types[name] = (
                 "json"
@@ -150,7 +154,13 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
             )
     if not rows:
         raise FatalError(f"source {source.name}: table {table} not found while reading its columns")
-    return Columns(types, tuple(k[0] for k in key), filled, millis)
+    return Columns(types, tuple(k[0] for k in key), filled, millis, decimals)
+
+
+def _fixed_decimal(data_type: str, column_type: str, precision: int | None) -> bool:
+    """A MariaDB DECIMAL(p,s) or BIGINT UNSIGNED (20 digits) that a DECIMAL of at most 38 digits holds."""
+    is_decimal = data_type.lower() == "decimal" or _mariadb_type(data_type, column_type) == "decimal"
+    return is_decimal and precision is not None and precision <= 38
 
 
 def _mariadb_type(data_type: str, column_type: str) -> str:
@@ -181,7 +191,7 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
 def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfig) -> TableMapping:
     """One table's mapping: its columns and key from the catalog as they are now, with the follower's overrides."""
     override = follower.mapping_for(source.name, table)
-    types, key_columns, filled, millis = columns(source, table)
+    types, key_columns, filled, millis, decimals = columns(source, table)
     if override:
         types.update(override.types)
     return TableMapping(
@@ -193,6 +203,7 @@ def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfi
         types=types,
         filled=filled,
         millis=millis,
+        decimals={c: d for c, d in decimals.items() if types.get(c) == "decimal"},
     )
 
 

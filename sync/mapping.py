@@ -28,6 +28,7 @@ from cdcsync.sync.values import (
     KEY_TEXT,
     canonical_value,
     converted,
+    decimal_text,
     timestamp_millis,
     timestamp_millis_key,
 )
@@ -53,6 +54,9 @@ class TableMapping:
     may_lack: frozenset[str] = frozenset()
     # timestamp columns whose Debezium form counts milliseconds, not microseconds (MariaDB DATETIME(0) to (3))
     millis: frozenset[str] = frozenset()
+    # decimal columns whose every value fits DECIMAL(precision, scale) with precision <= 38 (MariaDB DECIMAL(p,s),
+    # BIGINT UNSIGNED): the warehouse's column type. Other decimals (Postgres numeric holds NaN) are exact text there.
+    decimals: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # column -> (field name, type, converter or None); what map_row looks up once per column of a change
     plan: Mapping[str, tuple[str, str | None, Any]] = field(init=False, repr=False, compare=False)
     # (key column, type, id text function or None for str), in key order; what doc_id looks up per change
@@ -212,7 +216,7 @@ def fingerprint(doc: Mapping[str, Any]) -> str:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
-        return format(value.normalize(), "f") if value == value.to_integral_value() else str(value.normalize())
+        return decimal_text(value)
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat()
     if isinstance(value, date | time):

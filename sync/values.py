@@ -40,7 +40,7 @@ import re
 import struct
 import uuid
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from typing import Any
 
 from cdcsync.events import PoisonRecord
@@ -161,6 +161,17 @@ def _decimal(value: Any) -> Decimal:
         if money:
             return Decimal(money.group(1) + money.group(2).replace(",", ""))
         raise
+
+
+# Postgres' numeric holds up to 131072 digits before the point and 16383 after it: none is rounded away.
+EXACT = Context(prec=131072 + 16383, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
+def decimal_text(value: Decimal) -> str:
+    """One text per decimal value, never in exponent form: ``12.50`` -> ``12.5``, ``1E+2`` -> ``100``, ``NaN``."""
+    if not value.is_finite():
+        return str(value)  # NaN, Infinity, -Infinity
+    return "0" if value.is_zero() else format(value.normalize(EXACT), "f")
 
 
 def _json_value(value: Any) -> Any:

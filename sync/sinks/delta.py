@@ -28,8 +28,8 @@ Guarantees (``cdcsync.sync.sink``):
   error            taken as
   ===============  =========================================================
   value vs column  **rejected**: a value of another Python type than its
-                   column's (``delta_values.encode``), a decimal needing more than
-                   DECIMAL(38,10), an int beyond BIGINT, a datetime out of
+                   column's (``delta_values.encode``), a decimal beyond an
+                   older table's DECIMAL(p,s), an int beyond BIGINT, a datetime out of
                    range, a value ``json`` cannot encode (JSON and
                    undeclared columns)
   commit conflict  ``RetryableError`` (``io.delta.exceptions.Concurrent*``):
@@ -78,10 +78,12 @@ from cdcsync.sync.sinks.delta_values import (
     COLUMN_MAPPING,
     STRING,
     TIMESTAMP,
+    column_kind,
     commit_ts,
     decode,
     encode,
     frame,
+    is_decimal,
     kind_of,
     needs_column_mapping,
     quote,
@@ -242,7 +244,8 @@ class DeltaSink:
             for column in (*mapping.types, *(mapping.include or ())):
                 if mapping.include is not None and column not in mapping.include:
                     continue
-                name, kind = mapping.rename.get(column, column), mapping.types.get(column)
+                name = mapping.rename.get(column, column)
+                kind = column_kind(mapping.types.get(column), column, dict(mapping.decimals))
                 if name.startswith("_cdcsync_"):
                     raise FatalError(f"mapping {mapping.table}: column {name!r} clashes with the sink's columns")
                 if columns.get(name, kind) != kind:
@@ -347,7 +350,14 @@ class DeltaSink:
         for field in existing.fields:
             if field.name in META.fieldNames():
                 continue
-            if field.name in columns and field.dataType != spark_type(columns[field.name]):
+            wanted = columns.get(field.name)
+            if is_decimal(wanted) and (field.dataType == STRING or isinstance(field.dataType, T.DecimalType)):
+                # A decimal column keeps the type it was made with (DECIMAL(38,10) before the column types
+                # followed the source's): it reads back exactly, and a value it cannot hold is rejected naming
+                # it. A reindex makes the column anew.
+                table.kinds[field.name] = kind_of(field.dataType) or "decimal"
+                continue
+            if field.name in columns and field.dataType != spark_type(wanted):
                 raise FatalError(
                     f"{path}: column {field.name} is {field.dataType.simpleString()}, the mapping wants "
                     f"{spark_type(columns[field.name]).simpleString()} (the source column changed type?); run "

@@ -1,15 +1,18 @@
 """The Delta sink's column values: each kind's column type, and a value's way into its column and back.
 
 Column types follow the mapping (renamed, filtered by ``include``): decimal
-DECIMAL(38,10) (a value needing more digits is rejected, never rounded), date
-DATE, timestamp TIMESTAMP (UTC), bytes BINARY, bool BOOLEAN, int BIGINT, float
-DOUBLE, text/uuid STRING, time STRING (ISO). Other kinds (json, array) and
+DECIMAL(p,s) where the source's column type bounds every value to 38 digits
+(``TableMapping.decimals``: MariaDB DECIMAL(p,s), BIGINT UNSIGNED), else STRING
+holding the exact digits (Postgres' numeric holds NaN and ±Infinity; an
+unconstrained one any number of digits), date DATE, timestamp TIMESTAMP (UTC),
+bytes BINARY, bool BOOLEAN, int BIGINT, float DOUBLE, text/uuid STRING, time
+STRING (ISO). Other kinds (json, array) and
 undeclared columns are STRING holding the value's JSON text (lossless:
 ``"abc"``, ``5``, ``[1, 2]``); an undeclared column is added to the table the
 first time a document carries it.
 
 Stored form (``held``, ``stored_form``): Decimal normalised (``12.50`` ->
-``12.5``), datetimes aware UTC, time ISO text, dict/list JSON text
+``12.5``; in a STRING column the same digits as text), datetimes aware UTC, time ISO text, dict/list JSON text
 (``sort_keys``), the rest as is; ``None`` fields are left out (a column cannot
 tell a null from an absent field).
 """
@@ -20,7 +23,7 @@ import json
 import re
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Context, Decimal
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -30,11 +33,12 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from cdcsync.sync.sink import Row
+from cdcsync.sync.values import EXACT, decimal_text
 
 STRING, BIGINT, BOOLEAN, TIMESTAMP = T.StringType(), T.LongType(), T.BooleanType(), T.TimestampType()
 # kind -> (column type, the canonical Python types it takes, their name in a rejection); other kinds: JSON text.
 SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
-    "decimal": (T.DecimalType(38, 10), (Decimal, int), "a decimal"),
+    "decimal": (STRING, (Decimal, int), "a decimal"),  # exact text; DECIMAL(p,s) kinds: decimal_kind
     "date": (T.DateType(), date, "a date"),
     "timestamp": (TIMESTAMP, datetime, "a datetime"),
     "time": (STRING, time, "a time"),
@@ -49,8 +53,21 @@ SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
     "geometric": (STRING, str, "text"),
 }
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-WIDE = Context(prec=80)
-DEC_STEP = Decimal("1e-10")
+_DECIMAL_KIND = re.compile(r"decimal\((\d+),(\d+)\)")
+
+
+def decimal_kind(precision: int, scale: int) -> str:
+    """The sink's kind of a DECIMAL(precision, scale) column: ``decimal(12,2)``."""
+    return f"decimal({precision},{scale})"
+
+
+def column_kind(kind: str | None, column: str, decimals: dict[str, tuple[int, int]]) -> str | None:
+    """A mapping's type -> the sink's kind of its column: a decimal the source bounds is a DECIMAL(p,s)."""
+    return decimal_kind(*decimals[column]) if kind == "decimal" and column in decimals else kind
+
+
+def is_decimal(kind: str | None) -> bool:
+    return kind == "decimal" or _DECIMAL_KIND.fullmatch(kind or "") is not None
 
 
 def frame(spark: SparkSession, data: list[tuple[Any, ...]], schema: T.StructType) -> DataFrame:
@@ -81,11 +98,16 @@ def arrow_table(data: list[tuple[Any, ...]], schema: T.StructType) -> pa.Table:
 
 
 def spark_type(kind: str | None) -> T.DataType:
-    return SPARK_TYPES[kind][0] if kind in SPARK_TYPES else STRING
+    if kind in SPARK_TYPES:
+        return SPARK_TYPES[kind][0]
+    bounded = _DECIMAL_KIND.fullmatch(kind or "")
+    return T.DecimalType(int(bounded[1]), int(bounded[2])) if bounded else STRING
 
 
 def kind_of(data_type: T.DataType) -> str | None:
     """The kind of a table column the mapping does not declare (STRING: JSON text)."""
+    if isinstance(data_type, T.DecimalType):
+        return decimal_kind(data_type.precision, data_type.scale)
     return next((k for k, (t, _, _) in SPARK_TYPES.items() if t == data_type != STRING), None)
 
 
@@ -122,21 +144,26 @@ def encode(kind: str | None, value: Any, name: str) -> Any:
     """A canonical value -> the value put in the column; ValueError/TypeError if it does not fit."""
     if value is None:
         return None
-    if kind not in SPARK_TYPES:
+    bounded = _DECIMAL_KIND.fullmatch(kind or "")
+    if kind not in SPARK_TYPES and not bounded:
         return json.dumps(value, sort_keys=True)
-    _, accepted, what = SPARK_TYPES[kind]
+    _, accepted, what = SPARK_TYPES["decimal" if bounded else str(kind)]
     fits = isinstance(value, accepted) and isinstance(value, bool) == (kind == "bool")
     if not fits or (kind == "date" and isinstance(value, datetime)):
         raise TypeError(f"column {name}: {type(value).__name__} {value!r:.80} is not {what}")
-    if kind == "decimal":  # at most 28 digits before the point and 10 after it
-        exact = Decimal(value)
-        if not exact.is_finite() or exact.adjusted() > 27 or exact.quantize(DEC_STEP, context=WIDE) != exact:
-            raise ValueError(f"column {name}: {value} does not fit DECIMAL(38,10)")
+    if kind == "decimal":
+        return decimal_text(Decimal(value))
+    if bounded:  # at most precision - scale digits before the point and scale after it: never rounded
+        exact, precision, scale = Decimal(value), int(bounded[1]), int(bounded[2])
+        step = Decimal(1).scaleb(-scale)
+        too_wide = exact.is_finite() and not exact.is_zero() and exact.adjusted() >= precision - scale
+        if not exact.is_finite() or too_wide or exact.quantize(step, context=EXACT) != exact:
+            raise ValueError(f"column {name}: {value} does not fit DECIMAL({precision},{scale})")
         return exact
     if kind == "int" and not -(2**63) <= value < 2**63:
         raise ValueError(f"column {name}: {value} does not fit BIGINT")
     converters: dict[str, Any] = {"timestamp": utc, "time": time.isoformat, "bytes": bytes, "float": float}
-    return converters.get(kind, lambda v: v)(value)
+    return converters.get(str(kind), lambda v: v)(value)
 
 
 def decode(kind: str | None, value: Any) -> Any:
@@ -147,7 +174,9 @@ def decode(kind: str | None, value: Any) -> Any:
         return EPOCH + timedelta(microseconds=value)
     if kind == "time":
         return time.fromisoformat(value)
-    if kind in SPARK_TYPES:
+    if kind == "decimal":
+        return Decimal(value)
+    if kind in SPARK_TYPES or _DECIMAL_KIND.fullmatch(kind or ""):
         return bytes(value) if isinstance(value, bytearray) else value
     try:
         return json.loads(value)
@@ -156,12 +185,8 @@ def decode(kind: str | None, value: Any) -> Any:
 
 
 def stored(value: Any) -> Any:
-    if isinstance(value, Decimal) and value.is_zero():
-        return Decimal(0)
     if isinstance(value, Decimal) and value.is_finite():
-        # One representative per value, never in exponent form: 12.50 -> 12.5, 1E+2 -> 100, -0 -> 0.
-        normal = value.normalize(WIDE)
-        return normal.quantize(Decimal(1), context=WIDE) if normal == normal.to_integral_value() else normal
+        return Decimal(decimal_text(value))  # one representative per value: 12.50 -> 12.5, 1E+2 -> 100, -0 -> 0
     if isinstance(value, datetime):
         return utc(value)
     if isinstance(value, time):

@@ -28,6 +28,7 @@ from cdcsync.connectors.watch import CaptureWatch
 from cdcsync.errors import PreflightError
 from cdcsync.names import default_target
 from cdcsync.sync.mapping import PLACEHOLDER
+from cdcsync.sync.values import decimal_text
 from tests.integration.followers import scenario
 from tests.support import (
     config_for,
@@ -417,14 +418,24 @@ def test_a_copy_from_the_source_reads_money_geometric_and_composite_values_as_ca
         execute("postgres", f"DROP TABLE IF EXISTS {t}", f"DROP TYPE IF EXISTS duo_{u}")
 
 
+WIDE_NUMERIC = "-" + "9" * 60 + "." + "0123456789" * 4  # no DECIMAL(38) holds it
+WIDEST_DECIMAL = "9" * 35 + "." + "9" * 30  # MariaDB's DECIMAL(65,30) at its largest
+
+
+def digits(value: Any) -> str:
+    """A decimal as a store's client gives it (text, Decimal, float-free) -> its digits, one text per value."""
+    return "None" if value is None else decimal_text(Decimal(str(value)))
+
+
 def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_stores(
     spark: Any, tmp_path: Path
 ) -> None:
     """Postgres 'infinity' (timestamp, timestamptz, date, numeric) and MariaDB BIGINT UNSIGNED up to 2^64 - 1.
 
     The timestamps and dates are the latest and earliest values each store holds; ``verify`` reads the
-    source's infinities the same way instead of ending in a traceback. A numeric infinity or NaN reaches
-    Elasticsearch and Redis; the warehouse's DECIMAL(38,10) has no such value (docs/types.md).
+    source's infinities the same way instead of ending in a traceback. A numeric infinity or NaN, and
+    decimals wider than any DECIMAL(38), reach every store: the warehouse holds the exact digits as text
+    where the source's column type does not bound them (docs/types.md).
     """
     u = uid()
     pg, num, ma = f"far_{u}", f"num_{u}", f"unsigned_{u}"
@@ -433,13 +444,14 @@ def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_s
             f"CREATE TABLE {pg} (id int PRIMARY KEY, ts timestamp, tz timestamptz, d date)",
             f"INSERT INTO {pg} VALUES (1, 'infinity', 'infinity', 'infinity'),"
             f" (2, '-infinity', '-infinity', '-infinity'), (3, '2024-02-29 12:00', '2024-02-29 12:00Z', '2024-02-29')",
-            f"CREATE TABLE {num} (id int PRIMARY KEY, n numeric)",
-            f"INSERT INTO {num} VALUES (1, 'Infinity'), (2, '-Infinity'), (3, 'NaN'), (4, 12.50)",
+            f"CREATE TABLE {num} (id int PRIMARY KEY, n numeric, c numeric(12,2))",
+            f"INSERT INTO {num} VALUES (1, 'Infinity', 'NaN'), (2, '-Infinity', -0.5), (3, 'NaN', NULL),"
+            f" (4, 12.50, 9999999999.99), (5, {WIDE_NUMERIC}, 0)",
         ],
         "mariadb": [
-            f"CREATE TABLE {ma} (id BIGINT UNSIGNED PRIMARY KEY, n BIGINT UNSIGNED, s BIGINT)",
-            f"INSERT INTO {ma} VALUES (18446744073709551615, 18446744073709551615, -9223372036854775808),"
-            " (1, 9223372036854775808, 9223372036854775807)",
+            f"CREATE TABLE {ma} (id BIGINT UNSIGNED PRIMARY KEY, n BIGINT UNSIGNED, s BIGINT, d DECIMAL(65,30))",
+            f"INSERT INTO {ma} VALUES (18446744073709551615, 18446744073709551615, -9223372036854775808,"
+            f" {WIDEST_DECIMAL}), (1, 9223372036854775808, 9223372036854775807, -0.000000000000000000000000000001)",
         ],
     }
     tables = {"postgres": [f"public.{pg}", f"public.{num}"], "mariadb": [f"inventory.{ma}"]}
@@ -448,7 +460,7 @@ def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_s
         execute("postgres", f"UPDATE {pg} SET ts = 'infinity' WHERE id = 3", f"UPDATE {num} SET n = 'NaN' WHERE id = 4")
         execute("mariadb", f"UPDATE {ma} SET n = n - 1 WHERE id = 1")
         sc.run_once()
-        bad = [r.as_dict() for r in sc.verify() if not r.clean and not (r.follower == "warehouse" and r.target == num)]
+        bad = [r.as_dict() for r in sc.verify() if not r.clean]
         assert not bad, json.dumps(bad)
         for follower in FOLLOWERS:
             held = sc.held(follower, pg)
@@ -456,9 +468,18 @@ def test_infinite_timestamps_numeric_infinities_and_unsigned_bigints_reach_the_s
             assert str(held["3"][1]["ts"]).startswith("9999-12-31"), follower
             unsigned = {k: int(doc["n"]) for k, (_, doc) in sc.held(follower, ma).items()}
             assert unsigned == {"18446744073709551615": 2**64 - 1, "1": 2**63 - 1}, follower
-        for follower in ("search", "cache"):
-            numbers = {k: str(doc["n"]) for k, (_, doc) in sc.held(follower, num).items()}
-            assert numbers == {"1": "Infinity", "2": "-Infinity", "3": "NaN", "4": "NaN"}, follower
+            numbers = {k: (digits(doc["n"]), digits(doc.get("c"))) for k, (_, doc) in sc.held(follower, num).items()}
+            assert numbers == {
+                "1": ("Infinity", "NaN"), "2": ("-Infinity", "-0.5"), "3": ("NaN", "None"),
+                "4": ("NaN", "9999999999.99"), "5": (WIDE_NUMERIC, "0"),
+            }, follower  # fmt: skip
+            widest = {k: Decimal(str(doc["d"])) for k, (_, doc) in sc.held(follower, ma).items()}
+            assert widest == {"18446744073709551615": Decimal(WIDEST_DECIMAL), "1": Decimal("-1E-30")}, follower
+        lake = sc.config.follower("warehouse").path
+        schema = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(f"{lake}/{num}").schema}
+        assert (schema["n"], schema["c"]) == ("string", "string")  # a Postgres numeric(12,2) holds NaN too
+        schema = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(f"{lake}/{ma}").schema}
+        assert (schema["n"], schema["d"]) == ("decimal(20,0)", "string")
 
 
 def test_a_json_column_holding_objects_arrays_scalars_and_null_reaches_every_store(spark: Any, tmp_path: Path) -> None:

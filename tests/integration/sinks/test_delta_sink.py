@@ -112,7 +112,7 @@ def test_every_type_round_trips_to_its_stored_form(spark: Any, tmp_path: Path) -
     types = {f.name: f.dataType.simpleString() for f in sink.live("items").schema.fields}
     assert types == {
         "_cdcsync_id": "string", "_cdcsync_version": "bigint", "_cdcsync_deleted": "boolean",
-        "_cdcsync_commit_ts": "timestamp", "price": "decimal(38,10)", "born": "date", "seen_at": "timestamp",
+        "_cdcsync_commit_ts": "timestamp", "price": "string", "born": "date", "seen_at": "timestamp",
         "opens": "string", "attrs": "string", "blob": "binary", "active": "boolean", "n": "bigint",
         "ratio": "double", "name": "string", "extra": "string",
     }  # fmt: skip
@@ -255,20 +255,63 @@ def test_a_publish_of_three_staged_tables_replaces_each_live_table_with_its_own(
 
 
 def test_a_bad_row_is_rejected_and_the_rest_applied(spark: Any, tmp_path: Path) -> None:
-    mapping = TableMapping(table="public.items", target="items", types={"n": "int", "price": "decimal"})
+    mapping = TableMapping(
+        table="public.items", target="items", types={"n": "int", "price": "decimal"}, decimals={"price": (12, 2)}
+    )
     sink = make_sink(spark, tmp_path, mapping)
     text_in_int = upsert("bad1", 1, {"n": "twelve"})
-    too_precise = upsert("bad2", 1, {"n": 1, "price": Decimal("1.00000000001")})
+    too_precise = upsert("bad2", 1, {"n": 1, "price": Decimal("1.001")})
     rows = [upsert("ok", 1, {"n": 1, "price": Decimal("3.25")}), text_in_int, too_precise, upsert("ok2", 2, {"n": 2})]
     result = sink.write(1, rows)
 
     assert result.applied == 2 and result.older == 0
     assert [(r.doc_id, reason) for r, reason in result.rejected] == [
         ("bad1", "column n: str 'twelve' is not an int"),
-        ("bad2", "column price: 1.00000000001 does not fit DECIMAL(38,10)"),
+        ("bad2", "column price: 1.001 does not fit DECIMAL(12,2)"),
     ]
     assert result.applied + result.older + len(result.rejected) == len(rows)
     assert sink.held("items") == {"ok": (1, {"n": 1, "price": Decimal("3.25")}), "ok2": (2, {"n": 2})}
+
+
+def test_decimal_columns_hold_every_value_their_source_column_does(spark: Any, tmp_path: Path) -> None:
+    """A source-bounded decimal is a DECIMAL(p,s); any other decimal exact text; an older table's type is kept.
+
+    A Postgres numeric holds NaN, ±Infinity and, unconstrained, any number of digits: no DECIMAL does.
+    """
+    numbers = {"n": "decimal", "m": "decimal"}
+    mapping = TableMapping(table="public.items", target="items", types=numbers, decimals={"m": (20, 0)})
+    sink = make_sink(spark, tmp_path, mapping)
+    wide = Decimal("-" + "9" * 70 + "." + "1" * 30)
+    docs = {
+        "nan": {"n": Decimal("NaN"), "m": Decimal(2**64 - 1)},
+        "inf": {"n": Decimal("-Infinity"), "m": Decimal(0)},
+        "wide": {"n": wide, "m": Decimal(-1)},
+        "small": {"n": Decimal("1.50E-7")},
+    }
+    result = sink.write(1, [upsert(k, 1, doc) for k, doc in docs.items()])
+    assert (result.applied, result.rejected) == (4, [])
+    types = {f.name: f.dataType.simpleString() for f in sink.live("items").schema.fields}
+    assert (types["n"], types["m"]) == ("string", "decimal(20,0)")
+    assert {k: r["n"] for k, r in raw(sink).items()} == {
+        "nan": "NaN",
+        "inf": "-Infinity",
+        "wide": str(wide),
+        "small": "0.00000015",
+    }
+    held = {k: doc for k, (_, doc) in sink.held("items").items()}
+    assert held["nan"]["n"].is_nan() and held["nan"]["m"] == 2**64 - 1
+    assert held["inf"]["n"] == Decimal("-Infinity") and held["wide"]["n"] == wide
+    assert held["small"] == {"n": Decimal("0.00000015")}
+
+    # A table made when every decimal was DECIMAL(38,10) keeps that column: no reindex forced on an upgrade.
+    lake = tmp_path / "lake"
+    spark.sql(f"ALTER TABLE delta.`{lake}/items` ADD COLUMNS (old DECIMAL(38,10))")
+    older = TableMapping(table="public.items", target="items", types={**numbers, "old": "decimal"})
+    reopened = make_sink(spark, tmp_path, older)
+    assert reopened.write(2, [upsert("nan", 2, {"old": Decimal("3.25")})]).applied == 1
+    assert reopened.held("items")["nan"][1] == {"old": Decimal("3.25")}
+    rejected = reopened.write(3, [upsert("inf", 2, {"old": Decimal("NaN")})]).rejected
+    assert [reason for _, reason in rejected] == ["column old: NaN does not fit DECIMAL(38,10)"]
 
 
 def test_reopen_adds_new_columns_and_refuses_a_changed_type(spark: Any, tmp_path: Path) -> None:
