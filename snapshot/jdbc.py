@@ -52,7 +52,8 @@ def pieces(
     }
     # A Postgres point is JDBC OTHER, which Spark cannot read: as text, "(x,y)" (sync.mapping reads it); MariaDB's
     # spatial values arrive as bytes.
-    as_text = TEXT_KINDS | ({"point", "pg_text", "geometric"} if source.kind == "postgres" else set())
+    # A Postgres date as text too: a year past 9999 has no Python date, nor 'infinity' (sync.far_time).
+    as_text = TEXT_KINDS | ({"point", "pg_text", "geometric", "date"} if source.kind == "postgres" else set())
     text_columns = [c for c, kind in mapping.types.items() if kind in as_text]
     if text_columns:
         options["customSchema"] = ", ".join(f"`{c}` STRING" for c in text_columns)

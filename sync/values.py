@@ -44,6 +44,7 @@ from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from typing import Any
 
 from cdcsync.events import PoisonRecord
+from cdcsync.sync.far_time import date_of_days, far_date, far_timestamp
 
 # Postgres' 'infinity' and '-infinity' have no Python value (nor one in Delta or Elasticsearch): they are the
 # largest and smallest value every store holds (docs/types.md). As Debezium sends them (a timestamp's
@@ -71,43 +72,46 @@ EPOCH_DAY = EPOCH.date()
 MICROSECOND = timedelta(microseconds=1)
 
 
-def _date(value: str | int) -> date:
+def _date(value: str | int) -> date | str:
     if isinstance(value, int):  # MariaDB's under time.precision.mode=adaptive_time_microseconds: days since 1970
-        return EPOCH_DAY + timedelta(days=value)
+        return date_of_days(value)
     text = value.removesuffix("Z")
     try:
         return date.fromisoformat(text)
     except ValueError:
         if text in _FAR_DATES:
             return _FAR_DATES[text]
-        raise
+        return far_date(text)  # before year 1 or after 9999: its text (sync.far_time)
 
 
 def _time(value: str) -> time:
     return time.fromisoformat(value.removesuffix("Z"))
 
 
-def _timestamp(value: str | int) -> datetime:
+def _timestamp(value: str | int) -> datetime | str:
     if isinstance(value, int):  # MariaDB's DATETIME(4) to (6): microseconds since 1970, in UTC as written
         return EPOCH + value * MICROSECOND
+    if value in _FAR_TIMESTAMPS:
+        return _FAR_TIMESTAMPS[value]
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
-        if value in _FAR_TIMESTAMPS:
-            return _FAR_TIMESTAMPS[value]
-        raise
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):  # before year 1 or after 9999, in UTC or as written: its text
+        return far_timestamp(value)
 
 
-def timestamp_millis(value: str | int) -> datetime:
+def timestamp_millis(value: str | int) -> datetime | str:
     """A MariaDB DATETIME(0) to (3): milliseconds since 1970 (or the ISO text an older connector config sent)."""
     return EPOCH + timedelta(milliseconds=value) if isinstance(value, int) else _timestamp(value)
 
 
 def timestamp_millis_key(value: Any) -> str:
-    return str(
-        (timestamp_millis(value) if isinstance(value, str | int) else canonical_value(value, "timestamp")).isoformat()
-    )
+    return _iso(timestamp_millis(value) if isinstance(value, str | int) else canonical_value(value, "timestamp"))
+
+
+def _iso(value: date | datetime | str) -> str:
+    """A date's or timestamp's id text: its ISO text (a far one is already text)."""
+    return value if isinstance(value, str) else value.isoformat()
 
 
 _TIME_TEXT = re.compile(r"(-?)(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?Z?")
@@ -288,6 +292,8 @@ def canonical_value(value: Any, kind: str | None) -> Any:
     """A value read from the source database -> the canonical form ``convert`` produces."""
     if value is None:
         return None
+    if kind in ("date", "timestamp") and isinstance(value, str):  # far from now: Postgres' text (sync.catalog)
+        return _date(value) if kind == "date" else _timestamp(value)
     if kind == "timestamp" and isinstance(value, datetime):
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
     if kind == "time" and not isinstance(value, time):
@@ -320,7 +326,7 @@ def canonical_value(value: Any, kind: str | None) -> Any:
 
 
 def _date_key(value: Any) -> str:
-    return str((_date(value) if isinstance(value, str | int) else value).isoformat())
+    return _iso(_date(value) if isinstance(value, str | int) else value)
 
 
 def _time_key(value: Any) -> str:
@@ -328,7 +334,7 @@ def _time_key(value: Any) -> str:
 
 
 def _timestamp_key(value: Any) -> str:
-    return str((_timestamp(value) if isinstance(value, str | int) else canonical_value(value, "timestamp")).isoformat())
+    return _iso(_timestamp(value) if isinstance(value, str | int) else canonical_value(value, "timestamp"))
 
 
 def _bytes_key(value: Any) -> str:

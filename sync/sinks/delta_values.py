@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from cdcsync.sync.far_time import date_of_days, days_of, micros_of, timestamp_of_micros
 from cdcsync.sync.sink import Row
 from cdcsync.sync.values import EXACT, decimal_text
 
@@ -39,8 +40,8 @@ STRING, BIGINT, BOOLEAN, TIMESTAMP = T.StringType(), T.LongType(), T.BooleanType
 # kind -> (column type, the canonical Python types it takes, their name in a rejection); other kinds: JSON text.
 SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
     "decimal": (STRING, (Decimal, int), "a decimal"),  # exact text; DECIMAL(p,s) kinds: decimal_kind
-    "date": (T.DateType(), date, "a date"),
-    "timestamp": (TIMESTAMP, datetime, "a datetime"),
+    "date": (T.DateType(), (date, str), "a date"),  # text: far from now (sync.far_time), put in as days
+    "timestamp": (TIMESTAMP, (datetime, str), "a datetime"),  # ... as microseconds
     "time": (STRING, time, "a time"),
     "bytes": (T.BinaryType(), (bytes, bytearray, memoryview), "bytes"),
     "bool": (BOOLEAN, bool, "a bool"),
@@ -126,9 +127,12 @@ def quote(name: str) -> str:
 
 
 def read_column(name: str, kind: str | None) -> Column:
-    """A column as ``held`` reads it: timestamps as epoch micros (``collect`` would make them local time)."""
+    """A column as ``held`` reads it: timestamps as epoch micros (``collect`` would make them local time), dates
+    as days (Python's ``date`` ends at 9999)."""
     column = F.col(quote(name))
-    return F.unix_micros(column).alias(name) if kind == "timestamp" else column
+    if kind == "timestamp":
+        return F.unix_micros(column).alias(name)
+    return F.unix_date(column).alias(name) if kind == "date" else column
 
 
 def commit_ts(row: Row) -> datetime | None:
@@ -162,16 +166,30 @@ def encode(kind: str | None, value: Any, name: str) -> Any:
         return exact
     if kind == "int" and not -(2**63) <= value < 2**63:
         raise ValueError(f"column {name}: {value} does not fit BIGINT")
+    if kind in ("date", "timestamp") and isinstance(value, str):  # before year 1 or after 9999
+        return _far(kind, value, name)
     converters: dict[str, Any] = {"timestamp": utc, "time": time.isoformat, "bytes": bytes, "float": float}
     return converters.get(str(kind), lambda v: v)(value)
 
 
+def _far(kind: str | None, value: str, name: str) -> int:
+    """A far date's days or timestamp's microseconds since 1970: Spark's DATE and TIMESTAMP hold them as such."""
+    if kind == "date":
+        return days_of(value)
+    micros = micros_of(value)
+    if not -(2**63) <= micros < 2**63:  # Postgres' last 29 years, from 294247 AD
+        raise ValueError(f"column {name}: {value} is past TIMESTAMP's range (294247 AD)")
+    return micros
+
+
 def decode(kind: str | None, value: Any) -> Any:
-    """A column value as read (timestamps as epoch micros) -> the canonical value."""
+    """A column value as read (timestamps as epoch micros, dates as days) -> the canonical value."""
     if value is None:
         return None
     if kind == "timestamp":
-        return EPOCH + timedelta(microseconds=value)
+        return timestamp_of_micros(value)
+    if kind == "date":
+        return date_of_days(value)
     if kind == "time":
         return time.fromisoformat(value)
     if kind == "decimal":

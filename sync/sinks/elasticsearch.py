@@ -125,8 +125,11 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "text": TEXT_FIELD,
     "pg_text": TEXT_FIELD,  # a tsquery, a pg_lsn, a composite value...: Postgres' text
     "geometric": TEXT_FIELD,
-    "date": {"type": "date"},
-    "timestamp": {"type": "date"},  # _source keeps the microseconds; the index has millisecond precision
+    # _source keeps a timestamp's microseconds; the index has millisecond precision. ignore_malformed: a year past
+    # 9999 (Postgres reaches 294276 AD), which Elasticsearch's date cannot parse, keeps its document and its
+    # exact text in _source, left out of the index like a float's NaN (docs/types.md).
+    "date": {"type": "date", "ignore_malformed": True},
+    "timestamp": {"type": "date", "ignore_malformed": True},
     "time": {"type": "keyword"},  # a time of day has no date to parse
     "duration": {"type": "keyword"},  # MariaDB's TIME, as it shows it: -01:00:00, 838:59:59.999999
     "uuid": {"type": "keyword"},
