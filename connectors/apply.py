@@ -82,6 +82,7 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
         current = client.get_config(source.name)
         added[source.name] = signals.added_tables(source, current)
         problems += signals.unknown_schemas(source, current or {}, added[source.name])
+        problems += signals.unsignalable(source, added[source.name])
         not_owned = signals.signal_table_problem(source)
         if not_owned:
             problems.append(not_owned)

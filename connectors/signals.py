@@ -62,6 +62,13 @@ def added_tables(source: SourceConfig, current: dict[str, str] | None) -> list[T
 HISTORY_OF_CAPTURED_ONLY = "schema.history.internal.store.only.captured.tables.ddl"
 
 
+# A name Debezium's table id parser reads unquoted, whose characters a regex takes literally but for '$'
+# (an anchor there: the entry then matches no table and is parsed as written, which is the same).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_$]+")
+# Where Java's regex syntax is stricter than Python's: a lone brace (an "illegal repetition") or backslash.
+REGEX_DIFFERENCES = re.compile(r"[{}\\]")
+
+
 def unknown_schemas(source: SourceConfig, current: dict[str, str], added: list[TableRef]) -> list[str]:
     """Added MariaDB tables whose schema the running connector never recorded: it would fail on their first change.
 
@@ -133,10 +140,47 @@ def request_snapshot(source: SourceConfig, tables: list[TableRef]) -> str:
     if unknown:
         raise ConfigError([f"source {source.name}: does not capture {unknown}; add them to sources[].tables first"])
     signal_id = f"cdcsync-{uuid.uuid4()}"
-    data = json.dumps({"data-collections": [str(t) for t in tables], "type": "incremental"})
+    data = json.dumps({"data-collections": [data_collection(t) for t in tables], "type": "incremental"})
     table = _quoted(source, source.signal_table)
     fetch(source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data))
     return signal_id
+
+
+def data_collection(table: TableRef) -> str:
+    """A table as a signal's ``data-collections`` names it, so that Debezium finds that table.
+
+    Debezium first matches each entry as a regex against every captured table's
+    ``namespace.table`` and replaces it with the one it matches; then it parses
+    the result as a table id, whose parts end at a dot or a space unless quoted.
+    A plain name goes as it is. Any other (a dot, a space, a quote in it) goes
+    double-quoted: as a regex that text matches no table (none has the quotes),
+    so Debezium parses it as written, quotes and all (``unsignalable`` refuses
+    a name that is no valid regex).
+    """
+    if PLAIN_NAME.fullmatch(table.namespace) and PLAIN_NAME.fullmatch(table.table):
+        return f"{table.namespace}.{table.table}"
+    return ".".join('"' + part.replace('"', '""') + '"' for part in (table.namespace, table.table))
+
+
+def unsignalable(source: SourceConfig, added: list[TableRef]) -> list[str]:
+    """Added tables whose name no snapshot signal can carry: Debezium compiles the entry as a Java regex."""
+    refused = []
+    for table in added:
+        entry = data_collection(table)
+        try:
+            re.compile(entry)
+            valid = not REGEX_DIFFERENCES.search(entry)
+        except re.error:
+            valid = False
+        if not valid:
+            refused.append(
+                f"source {source.name}: cannot add {table} to the running connector: Debezium reads the table "
+                f"named in a snapshot signal as a regex, and {entry} is not a valid one (a bracket, brace or "
+                "backslash in the name), so its rows would never be snapshotted. Rename the table, or create the "
+                f"connector anew with it (a full snapshot): DELETE /connectors/{source.name} on Kafka Connect, then "
+                "`cdcsync connectors apply`"
+            )
+    return refused
 
 
 def wait_for_tasks(client: ConnectClient, source: SourceConfig, desired: dict[str, str], timeout_s: float) -> None:
