@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcsync.config import Config, SourceConfig, TableRef
-from cdcsync.connectors import restore, signals, source_setup
+from cdcsync.connectors import partitions, restore, signals, source_setup
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.connectors.offsets import create
 from cdcsync.connectors.preflight import run_preflight
@@ -128,6 +128,7 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
         current = client.get_config(source.name)
         if current is None:
             action = create(client, source, desired)  # never on a deleted connector's offsets (connectors.offsets)
+            partitions.remember(config, source)  # the initial snapshot reads every partition there is now
             results.append(
                 ApplyResult(
                     source.name,
@@ -153,6 +154,7 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
             if rotated:  # the references did not change, so the tasks would keep the secret they resolved
                 client.restart_all(source.name)
         snapshot = [str(t) for t in signals.snapshot_added(config, client, source, desired)]
+        partitions.remember(config, source, only=snapshot)  # an added table's partitions: in its snapshot
         results.append(
             ApplyResult(
                 source.name,

@@ -62,9 +62,8 @@ def added_tables(source: SourceConfig, current: dict[str, str] | None) -> list[T
 HISTORY_OF_CAPTURED_ONLY = "schema.history.internal.store.only.captured.tables.ddl"
 
 
-# A name Debezium's table id parser reads unquoted, whose characters a regex takes literally but for '$'
-# (an anchor there: the entry then matches no table and is parsed as written, which is the same).
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_$]+")
+# A name Debezium's table id parser reads unquoted and a regex takes literally ('$' is an anchor: quoted).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_]+")
 # Where Java's regex syntax is stricter than Python's: a lone brace (an "illegal repetition") or backslash.
 REGEX_DIFFERENCES = re.compile(r"[{}\\]")
 
@@ -134,13 +133,19 @@ def create_signal_table(source: SourceConfig) -> str | None:
         )
 
 
-def request_snapshot(source: SourceConfig, tables: list[TableRef]) -> str:
-    """Insert an ``execute-snapshot`` signal for ``tables``; returns the signal's id."""
+def request_snapshot(source: SourceConfig, tables: list[TableRef], where: str | None = None) -> str:
+    """Insert an ``execute-snapshot`` signal for ``tables`` (only their rows matching SQL ``where``, if given);
+    returns the signal's id."""
     unknown = [str(t) for t in tables if t not in source.tables]
     if unknown:
         raise ConfigError([f"source {source.name}: does not capture {unknown}; add them to sources[].tables first"])
     signal_id = f"cdcsync-{uuid.uuid4()}"
-    data = json.dumps({"data-collections": [data_collection(t) for t in tables], "type": "incremental"})
+    signal: dict[str, object] = {"data-collections": [data_collection(t) for t in tables], "type": "incremental"}
+    if where:  # each condition's data-collection is a regex matched against the entry as Debezium expanded it
+        signal["additional-conditions"] = [
+            {"data-collection": "\\Q" + data_collection(t) + "\\E", "filter": where} for t in tables
+        ]
+    data = json.dumps(signal)
     table = _quoted(source, source.signal_table)
     fetch(source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data))
     return signal_id

@@ -27,7 +27,9 @@ watchdog beside its followers; per source, every ``WATCH_S``:
   once, and ``cdcsync_capture_unrecoverable`` is 1.
 - **A Postgres source drifting from what apply set** (every minute, with the
   restore check): a partition created since gets ``REPLICA IDENTITY FULL``
-  (``connectors.source_setup``), counted as ``source_setup``.
+  (``connectors.source_setup``), counted as ``source_setup``; a partition
+  attached since has its rows snapshotted, counted as ``partition_snapshot``,
+  and one detached is a problem until the daemon restarts (``connectors.partitions``).
 - What it cannot heal (connector missing, still stalled or failed) it reports:
   ``health()`` feeds ``/healthz``, and every action is a log line and a count
   in ``cdcsync_capture_heals_total``; ``cdcsync_capture_heartbeat_age_seconds``
@@ -40,14 +42,14 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdcsync import metrics
 from cdcsync.config import Config, SourceConfig
-from cdcsync.connectors import restore, source_setup
+from cdcsync.connectors import partitions, restore, source_setup
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.db import UNREACHABLE
 from cdcsync.errors import CdcsyncError, RetryableError
@@ -71,6 +73,7 @@ class SourceState:
     problem: str = ""
     went_back: str = ""  # the database is behind what capture read (connectors.restore); no heal, a repair
     setup_problem: str = ""  # what connectors.source_setup finds and may not fix (a table at risk it does not own)
+    detached: list[str] = field(default_factory=list)  # partitions that left a table, their rows still followed
     next_restore_check: float = 0.0
 
     @property
@@ -125,6 +128,7 @@ class CaptureWatch:
         problems = [f"capture {s.source.name}: {s.problem}" for s in self.sources if s.problem]
         problems += [f"capture {s.source.name}: {s.went_back}" for s in self.sources if s.went_back]
         problems += [f"capture {s.source.name}: {s.setup_problem}" for s in self.sources if s.setup_problem]
+        problems += [f"capture {s.source.name}: {line}" for s in self.sources for line in s.detached]
         return not problems, problems
 
     def tick(self) -> None:
@@ -205,6 +209,17 @@ class CaptureWatch:
             log.warning("source=%s capture=source_setup changed=%s", source.name, line)
             metrics.CAPTURE_HEALS.labels(source.name, "source_setup").inc()
         state.setup_problem = "; ".join(setup.problems)
+        try:
+            snapshotted, detached = partitions.follow(self.config, source)
+        except (psycopg.Error, OSError, CdcsyncError) as err:  # sent again next check: the record waits for it
+            log.info("source=%s partition_check=postponed error=%s", source.name, str(err).splitlines()[0])
+            return
+        for line in snapshotted:
+            log.warning("source=%s capture=partition_attached %s", source.name, line)
+            metrics.CAPTURE_HEALS.labels(source.name, "partition_snapshot").inc()
+        for line in detached:
+            log.error("source=%s capture=partition_detached %s", source.name, line)
+        state.detached += detached
 
     def _heal(self, state: SourceState, now: float, action: str, do: Callable[[], None]) -> None:
         if now < state.next_heal:

@@ -8,7 +8,8 @@ PG = SourceConfig(name="pg", kind="postgres", port=5432, database="d", user="u",
 
 def test_a_plain_name_goes_as_it_is_and_any_other_double_quoted() -> None:
     assert data_collection(TableRef(namespace="Sales", table="Events")) == "Sales.Events"
-    assert data_collection(TableRef(namespace="inventory", table="orders_2024$")) == "inventory.orders_2024$"
+    # '$' would be an anchor: "inventory.orders$" would match the table inventory.orders.
+    assert data_collection(TableRef(namespace="inventory", table="orders$")) == '"inventory"."orders$"'
     named = TableRef(namespace="public", table='Late (v2+).x "q"')
     assert data_collection(named) == '"public"."Late (v2+).x ""q"""'
     assert data_collection(TableRef(namespace="my schema", table="café")) == '"my schema"."café"'
