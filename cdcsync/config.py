@@ -259,6 +259,7 @@ MappingType = Literal[
     "duration",
     "pg_text",
     "geometric",
+    "bits",
 ]
 
 

@@ -53,7 +53,10 @@ def pieces(
     # A Postgres point is JDBC OTHER, which Spark cannot read: as text, "(x,y)" (sync.mapping reads it); MariaDB's
     # spatial values arrive as bytes.
     # A Postgres date as text too: a year past 9999 has no Python date, nor 'infinity' (sync.far_time).
-    as_text = TEXT_KINDS | ({"point", "pg_text", "geometric", "date"} if source.kind == "postgres" else set())
+    # MariaDB's BIT too, written as its digits by the chunk query (_maria_columns).
+    as_text = TEXT_KINDS | (
+        {"point", "pg_text", "geometric", "date", "bits"} if source.kind == "postgres" else {"bits"}
+    )
     text_columns = [c for c, kind in mapping.types.items() if kind in as_text]
     if text_columns:
         options["customSchema"] = ", ".join(f"`{c}` STRING" for c in text_columns)
@@ -78,11 +81,21 @@ def _read_piece(spark: SparkSession, url: str, table: str, predicate: str, optio
 
 
 def _maria_columns(mapping: TableMapping) -> str:
-    """The chunk query's select list: MariaDB's UUID type reaches Spark as JDBC OTHER, which it cannot read."""
-    uuids = {c for c, kind in mapping.types.items() if kind == "uuid"}
-    if not uuids:
+    """The chunk query's select list: MariaDB's UUID type reaches Spark as JDBC OTHER, which it cannot read, and
+    the driver renders a BIT(n) as bytes no reader agrees on: each as text, a BIT as its n digits."""
+    special = {c: kind for c, kind in mapping.types.items() if kind in ("uuid", "bits")}
+    if not special:
         return "t.*"
-    return ", ".join(f"CAST(t.`{c}` AS CHAR(36)) AS `{c}`" if c in uuids else f"t.`{c}`" for c in mapping.types)
+
+    def column(c: str) -> str:
+        quoted = "`" + c.replace("`", "``") + "`"
+        if special.get(c) == "uuid":
+            return f"CAST(t.{quoted} AS CHAR(36)) AS {quoted}"
+        if special.get(c) == "bits":
+            return f"LPAD(BIN(t.{quoted}), {mapping.widths.get(c, 1)}, '0') AS {quoted}"
+        return f"t.{quoted}"
+
+    return ", ".join(column(c) for c in mapping.types)
 
 
 def range_predicates(source: SourceConfig, key: str, bounds: tuple[Any, Any], pieces: int) -> list[str]:

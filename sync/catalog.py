@@ -46,7 +46,9 @@ POSTGRES_TYPES = {
     "ARRAY": "array",
     "point": "point",
     "interval": "interval",
-    "money": "decimal",  # Debezium sends the digits (decimal.handling.mode=string); verify reads them so too
+    "money": "decimal",
+    "bit": "bits",  # as Postgres writes them, '0101' (sync.values.bits_text)
+    "bit varying": "bits",  # Debezium sends the digits (decimal.handling.mode=string); verify reads them so too
     # Types Debezium has no form of its own for: sent as the bytes of Postgres' text (include.unknown.datatypes)
     **dict.fromkeys(("pg_lsn", "tsquery", "txid_snapshot", "composite"), "pg_text"),
     **dict.fromkeys(("box", "circle", "line", "lseg", "path", "polygon"), "geometric"),
@@ -69,7 +71,8 @@ MARIADB_TYPES = {
     "mediumint": "int",
     "int": "int",
     "bigint": "int",
-    "year": "int",  # Debezium sends YEAR as a number, the driver reads it as one
+    "year": "int",
+    "bit": "bits",  # Debezium sends YEAR as a number, the driver reads it as one
     "point": "point",
     **dict.fromkeys(
         ("geometry", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"),
@@ -86,6 +89,7 @@ class Columns(NamedTuple):
     filled: frozenset[str]
     millis: frozenset[str]  # timestamp columns Debezium counts in milliseconds (TableMapping.millis)
     decimals: dict[str, tuple[int, int]]  # (precision, scale) of decimals a DECIMAL(38) holds (TableMapping.decimals)
+    widths: dict[str, int]  # bit(n) columns' n (TableMapping.widths)
 
 
 def columns(source: SourceConfig, table: TableRef) -> Columns:
@@ -102,7 +106,8 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
                 "SELECT column_name, CASE WHEN data_type = 'USER-DEFINED' AND (SELECT t.typtype FROM pg_type t"
                 " JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = udt_schema AND t.typname ="
                 " udt_name) = 'c' THEN 'composite' ELSE data_type END,"
-                " column_default IS NOT NULL OR is_generated = 'ALWAYS' FROM information_schema.columns"
+                " column_default IS NOT NULL OR is_generated = 'ALWAYS', character_maximum_length"
+                " FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                 (table.namespace, table.table),
             ).fetchall()
@@ -112,8 +117,9 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
                 " ORDER BY array_position(i.indkey, a.attnum)",
                 (f'"{table.namespace}"."{table.table}"',),
             ).fetchall()
-        types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind, _ in rows}
-        filled = frozenset(name for name, _, has_value in rows if has_value)
+        types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind, *_ in rows}
+        filled = frozenset(name for name, _, has_value, _ in rows if has_value)
+        widths = {name: length for name, kind, _, length in rows if kind == "bit" and length}
         millis: frozenset[str] = frozenset()
         decimals: dict[str, tuple[int, int]] = {}  # a Postgres numeric, even numeric(p,s), may hold NaN
     else:
@@ -146,6 +152,7 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
         # Debezium counts a DATETIME(0) to (3) in milliseconds, a DATETIME(4) to (6) in microseconds.
         millis = frozenset(row[0] for row in rows if row[1].lower() == "datetime" and (row[4] or 0) <= 3)
         decimals = {row[0]: (row[5], row[6]) for row in rows if _fixed_decimal(row[1], row[2], row[5])}
+        widths = {row[0]: row[5] for row in rows if row[1].lower() == "bit" and row[5]}
         for name, kind, column_type, *_ in rows:
             types[name] = (
                 "json"
@@ -154,7 +161,7 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
             )
     if not rows:
         raise FatalError(f"source {source.name}: table {table} not found while reading its columns")
-    return Columns(types, tuple(k[0] for k in key), filled, millis, decimals)
+    return Columns(types, tuple(k[0] for k in key), filled, millis, decimals, widths)
 
 
 def _fixed_decimal(data_type: str, column_type: str, precision: int | None) -> bool:
@@ -191,7 +198,7 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
 def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfig) -> TableMapping:
     """One table's mapping: its columns and key from the catalog as they are now, with the follower's overrides."""
     override = follower.mapping_for(source.name, table)
-    types, key_columns, filled, millis, decimals = columns(source, table)
+    types, key_columns, filled, millis, decimals, widths = columns(source, table)
     if override:
         types.update(override.types)
     return TableMapping(
@@ -204,6 +211,7 @@ def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfi
         filled=filled,
         millis=millis,
         decimals={c: d for c, d in decimals.items() if types.get(c) == "decimal"},
+        widths={c: n for c, n in widths.items() if types.get(c) == "bits"},
     )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
+from functools import partial
 from typing import Any, get_args
 
 import orjson
@@ -26,6 +27,7 @@ from cdcsync.sync.values import (
     BAD_VALUE,
     CONVERTERS,
     KEY_TEXT,
+    bits_text,
     canonical_value,
     converted,
     decimal_text,
@@ -57,6 +59,7 @@ class TableMapping:
     # decimal columns whose every value fits DECIMAL(precision, scale) with precision <= 38 (MariaDB DECIMAL(p,s),
     # BIGINT UNSIGNED): the warehouse's column type. Other decimals (Postgres numeric holds NaN) are exact text there.
     decimals: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    widths: Mapping[str, int] = field(default_factory=dict)  # bit(n) columns' n: Debezium's bytes drop leading zeros
     # column -> (field name, type, converter or None); what map_row looks up once per column of a change
     plan: Mapping[str, tuple[str, str | None, Any]] = field(init=False, repr=False, compare=False)
     # (key column, type, id text function or None for str), in key order; what doc_id looks up per change
@@ -66,9 +69,9 @@ class TableMapping:
     def __post_init__(self) -> None:
         columns = self.include if self.include is not None else (*self.types, *sorted(self.untyped - set(self.types)))
         kinds = {c: self.types.get(c) for c in columns}
-        plan = {c: (self.rename.get(c, c), kind, _converter(c, kind, self.millis)) for c, kind in kinds.items()}
+        plan = {c: (self.rename.get(c, c), kind, _converter(c, kind, self)) for c, kind in kinds.items()}
         object.__setattr__(self, "plan", plan)
-        key_plan = tuple(_key_step(c, self.types, self.millis) for c in self.key_columns)
+        key_plan = tuple(_key_step(c, self) for c in self.key_columns)
         object.__setattr__(self, "key_plan", key_plan)
         object.__setattr__(self, "plain_key", key_plan[0][0] if len(key_plan) == 1 and key_plan[0][2] is None else None)
 
@@ -95,25 +98,28 @@ def doc_id(key: Mapping[str, Any], mapping: TableMapping) -> str:
             return str(key[mapping.plain_key])
         except KeyError:
             pass  # _key_value says why
-    plan = mapping.key_plan or tuple(
-        _key_step(c, mapping.types, mapping.millis) for c in key
-    )  # no primary key: the key's own
+    plan = mapping.key_plan or tuple(_key_step(c, mapping) for c in key)  # no primary key: the key's own
     if len(plan) == 1:
         return _key_part(key, plan[0], mapping)
     parts = (_key_part(key, step, mapping) for step in plan)
     return "|".join(p.replace("\\", "\\\\").replace("|", "\\|") for p in parts)
 
 
-def _converter(column: str, kind: str | None, millis: frozenset[str]) -> Any:
-    return timestamp_millis if kind == "timestamp" and column in millis else CONVERTERS.get(kind or "")
+def _converter(column: str, kind: str | None, mapping: TableMapping) -> Any:
+    """The column's Debezium value -> canonical value function, where it depends on more than the type."""
+    if kind == "timestamp" and column in mapping.millis:
+        return timestamp_millis
+    if kind == "bits":
+        return partial(bits_text, width=mapping.widths.get(column))
+    return CONVERTERS.get(kind or "")
 
 
-def _key_step(
-    column: str, types: Mapping[str, str], millis: frozenset[str] = frozenset()
-) -> tuple[str, str | None, Any]:
-    kind = types.get(column)
-    if kind == "timestamp" and column in millis:
+def _key_step(column: str, mapping: TableMapping) -> tuple[str, str | None, Any]:
+    kind = mapping.types.get(column)
+    if kind == "timestamp" and column in mapping.millis:
         return column, kind, timestamp_millis_key
+    if kind == "bits":
+        return column, kind, partial(bits_text, width=mapping.widths.get(column))
     return column, kind, KEY_TEXT.get(kind or "")
 
 
@@ -190,7 +196,8 @@ def canonical_doc(row: Mapping[str, Any], mapping: TableMapping) -> dict[str, An
     for column, value in row.items():
         if mapping.include is not None and column not in mapping.include:
             continue
-        doc[mapping.rename.get(column, column)] = canonical_value(value, mapping.types.get(column))
+        kind = mapping.types.get(column)
+        doc[mapping.rename.get(column, column)] = canonical_value(value, kind, mapping.widths.get(column))
     return doc
 
 

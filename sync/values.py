@@ -247,6 +247,27 @@ def _geometric(value: Any) -> str:
     return _NUMBER.sub(lambda number: repr(float(number.group())), text)
 
 
+def bits_text(value: Any, width: int | None = None) -> str:
+    """A bit string as Postgres writes it, ``0101``, padded to the column's ``bit(n)`` width.
+
+    From Debezium: base64 of the bits' bytes, little-endian with leading zeros dropped, or a boolean for
+    ``bit``/``BIT(1)``. From a driver: Postgres' text (kept), MariaDB's big-endian bytes, or a number (Spark's
+    JDBC reader). A ``varbit`` has no width to pad to: ``B'0011'`` and ``B'11'`` both arrive as ``11``
+    (docs/types.md).
+    """
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, str) and width is not None and len(value) == width and set(value) <= {"0", "1"}:
+        return value  # a driver's text (never base64 of that length: docs/types.md)
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str):
+        number = int.from_bytes(base64.b64decode(value, validate=True), "little")
+    else:
+        number = int.from_bytes(bytes(value), "big")
+    return format(number, f"0{width}b" if width else "b")
+
+
 def _float(value: Any) -> float:
     # Debezium sends NaN and the infinities of float4/float8 as the strings "NaN", "Infinity", "-Infinity".
     return value if type(value) is float else float(value)
@@ -288,10 +309,12 @@ def converted(value: Any, kind: str | None, converter: Any) -> Any:
         raise PoisonRecord(f"value {value!r} is not a valid {kind}: {err}") from None
 
 
-def canonical_value(value: Any, kind: str | None) -> Any:
+def canonical_value(value: Any, kind: str | None, width: int | None = None) -> Any:
     """A value read from the source database -> the canonical form ``convert`` produces."""
     if value is None:
         return None
+    if kind == "bits":  # Postgres' own text from the driver; MariaDB's bytes; a bit(1) may come as a bool
+        return value if isinstance(value, str) else bits_text(value, width)
     if kind in ("date", "timestamp") and isinstance(value, str):  # far from now: Postgres' text (sync.catalog)
         return _date(value) if kind == "date" else _timestamp(value)
     if kind == "timestamp" and isinstance(value, datetime):

@@ -52,6 +52,7 @@ SPARK_TYPES: dict[str, tuple[T.DataType, type | tuple[type, ...], str]] = {
     "duration": (STRING, str, "text"),
     "pg_text": (STRING, str, "text"),
     "geometric": (STRING, str, "text"),
+    "bits": (STRING, str, "text"),
 }
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DECIMAL_KIND = re.compile(r"decimal\((\d+),(\d+)\)")

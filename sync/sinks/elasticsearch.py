@@ -133,6 +133,7 @@ FIELD_TYPES: dict[str, dict[str, Any]] = {
     "time": {"type": "keyword"},  # a time of day has no date to parse
     "duration": {"type": "keyword"},  # MariaDB's TIME, as it shows it: -01:00:00, 838:59:59.999999
     "uuid": {"type": "keyword"},
+    "bits": {"type": "keyword"},  # '0101', as Postgres writes a bit string
     # A json column may hold an object in one row and a string, number, array or null in another: a dynamic
     # object refused every row whose shape differed from the first (a mapping conflict). Not parsed, any JSON
     # value is kept exactly in _source; its content is not searchable (docs/types.md).
