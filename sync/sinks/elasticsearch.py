@@ -91,7 +91,14 @@ from elasticsearch import ApiError, Elasticsearch
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
-from cdcsync.sync.sinks.elasticsearch_errors import RETRYABLE_STATUS, RETRYABLE_TYPES, classify_item, error_type, reason
+from cdcsync.sync.sinks.elasticsearch_errors import (
+    RETRYABLE_STATUS,
+    RETRYABLE_TYPES,
+    classify_item,
+    error_type,
+    reason,
+    refused_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +226,10 @@ class ElasticsearchSink:
 
     @staticmethod
     def _properties(mapping: TableMapping) -> dict[str, Any]:
+        columns = mapping.include if mapping.include is not None else (*mapping.types, *sorted(mapping.untyped))
+        problems = refused_fields(mapping.table, {mapping.rename.get(c, c): c for c in columns})
+        if problems:
+            raise FatalError("; ".join(problems))
         props: dict[str, Any] = {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}}
         for column, kind in mapping.types.items():
             if (mapping.include is None or column in mapping.include) and kind in FIELD_TYPES:

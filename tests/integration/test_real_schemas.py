@@ -25,7 +25,7 @@ from cdcsync import metrics
 from cdcsync.connectors.apply import apply, client_for
 from cdcsync.connectors.source_setup import carry_out, plan
 from cdcsync.connectors.watch import CaptureWatch
-from cdcsync.errors import PreflightError
+from cdcsync.errors import FatalError, PreflightError
 from cdcsync.names import default_target
 from cdcsync.sync.mapping import PLACEHOLDER
 from cdcsync.sync.values import decimal_text
@@ -363,6 +363,32 @@ def test_names_with_spaces_dots_unicode_and_reserved_words_converge_in_every_sto
     finally:
         execute("postgres", f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         execute("mariadb", f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_columns_elasticsearch_cannot_take_as_fields_are_refused_naming_them_and_converge_renamed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """ "a" beside "a.b" (Elasticsearch reads the dot as a path) and a metadata name like "_id": every document
+    of the table was dead-lettered. The search follower now refuses to start, naming each column and the
+    rename to set; with it, every store converges."""
+    t = f"fields_{uid()}"
+    ddl = {"postgres": [
+        f'CREATE TABLE {t} (id int PRIMARY KEY, a int, "a.b" int, "_id" text)',
+        f"INSERT INTO {t} VALUES (1, 1, 10, 'x'), (2, 2, NULL, NULL)",
+    ]}  # fmt: skip
+    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, ddl) as sc:
+        with pytest.raises(FatalError) as refused:
+            sc.run_once("search")
+        assert f"table public.{t}: column 'a' as field 'a' is also the object holding field 'a.b'" in str(refused.value)
+        assert "column '_id' as field '_id' is one of Elasticsearch's metadata fields" in str(refused.value)
+    mappings = {f"public.{t}": {"rename": {"a": "a_value", "_id": "source_id"}}}
+    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, ddl, mappings=mappings) as sc:
+        sc.run_once()
+        execute("postgres", f'UPDATE {t} SET "a.b" = 20, "_id" = \'y\' WHERE id = 2')
+        sc.run_once()
+        sc.assert_converged()
+        docs = sc.docs("search", t)
+        assert (docs["2"]["a_value"], docs["2"]["a.b"], docs["2"]["source_id"]) == (2, 20, "y")
 
 
 def test_money_text_search_geometric_and_composite_values_reach_every_store_as_postgres_writes_them(

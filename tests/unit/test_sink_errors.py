@@ -241,3 +241,17 @@ def test_elasticsearch_stores_nan_and_the_infinities_as_text_it_can_hold() -> No
     ]
     assert _json_safe([1.0, float("nan")]) == [1.0, "NaN"]
     assert FIELD_TYPES["float"]["ignore_malformed"] is True
+
+
+def test_field_names_elasticsearch_refuses_are_named_with_the_column_and_the_rename_to_set() -> None:
+    from cdcsync.sync.sinks.elasticsearch_errors import refused_fields
+
+    fine = {"a.b": "a.b", "a.": "a.", "Order Id": "Order Id", "_x": "_x", "ünï": "ünï"}
+    assert refused_fields("public.t", fine) == []
+    problems = refused_fields("public.t", {"_id": "_id", "a": "a", "a.b": "a.b", ".b": ".b", "c..d": "c..d"})
+    assert [p.split(" as field")[0] for p in problems] == [
+        "table public.t: column '_id'", "table public.t: column 'a'", "table public.t: column '.b'",
+        "table public.t: column 'c..d'",
+    ]  # fmt: skip
+    assert "is also the object holding field 'a.b'" in problems[1]
+    assert problems[0].endswith("mappings.'public.t'.rename: {'_id': <name>}")
