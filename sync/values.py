@@ -316,7 +316,10 @@ def canonical_value(value: Any, kind: str | None, width: int | None = None) -> A
     if kind == "bits":  # Postgres' own text from the driver; MariaDB's bytes; a bit(1) may come as a bool
         return value if isinstance(value, str) else bits_text(value, width)
     if kind in ("date", "timestamp") and isinstance(value, str):  # far from now: Postgres' text (sync.catalog)
-        return _date(value) if kind == "date" else _timestamp(value)
+        try:
+            return _date(value) if kind == "date" else _timestamp(value)
+        except ValueError:  # no date at all (MariaDB's zero date '0000-00-00'): reported as differing, as it is
+            return value
     if kind == "timestamp" and isinstance(value, datetime):
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
     if kind == "time" and not isinstance(value, time):

@@ -67,3 +67,8 @@ def test_verify_reads_postgres_text_of_far_values_as_the_stream_sends_them() -> 
     )
     assert KEY_TEXT["timestamp"]("-4712-01-01T00:00:00Z") == "-4712-01-01T00:00:00+00:00"
     assert KEY_TEXT["date"]("+10000-01-01Z") == "+10000-01-01"
+
+
+def test_a_drivers_zero_date_is_its_text_for_verify_to_report_never_a_traceback() -> None:
+    assert canonical_value("0000-00-00", "date") == "0000-00-00"
+    assert canonical_value("0000-00-00 00:00:00", "timestamp") == "0000-00-00 00:00:00"
