@@ -61,7 +61,7 @@ def shared(follower: Follower, starts: dict[TopicPartition, int], ends: dict[Top
 
 def shares(follower: Follower, records: int) -> bool:
     """Whether ``records`` records (or rows) into this follower go to several processes."""
-    return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and isinstance(follower.sink, SharedFill)
+    return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and follower.sink.order_free
 
 
 def slices(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], most: int, ways: int) -> list[Slice]:

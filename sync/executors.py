@@ -58,8 +58,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-ORDER_FREE_KINDS = ("elasticsearch", "redis")  # sinks whose apply rule does not depend on the order of writes
-
 _followers: dict[tuple[str, str, int], Follower] = {}  # per worker: (config, follower, secrets) -> follower
 KEEP = 8  # followers a worker keeps; a daemon has a few, each test its own
 

@@ -121,6 +121,8 @@ class WriteResult:
 
 class Sink(Protocol):
     name: str
+    order_free: bool  # its apply rule does not depend on the order of writes (sync.sinks)
+    needs_spark: bool
     chunk_rows: int | None
     writers: int
     fill_writers: int
@@ -165,7 +167,7 @@ class SharedFill(Protocol):
     """A sink whose writes several processes can share: each writes where this one writes now.
 
     Only sinks whose apply rule does not depend on the order of writes
-    (``sync.executors.ORDER_FREE_KINDS``); ``snapshot.parallel`` uses it.
+    (``Sink.order_free``); ``snapshot.parallel`` uses it.
     """
 
     def generation(self) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def start_query(
         # SASL/SSL for Spark's Kafka consumer: its options prefixed kafka. (values never logged)
         .options(**{f"kafka.{k}": v for k, v in config.kafka.java_properties.items()})
     )
-    if cfg.kind in executors.ORDER_FREE_KINDS:
+    if follower.sink.order_free:
         # Split each Kafka partition's slice of a batch so every core gets a task, a full batch locally two
         # per core (sync.batching.task_options). Cores, not task slots: the local master has more (cdcsync.spark).
         context = spark.sparkContext

@@ -35,17 +35,18 @@ def bootstrap(
     from cdcsync.snapshot.bootstrap import as_json as summary_json
     from cdcsync.snapshot.bootstrap import bootstrap_from_topics, follower_lock, progress_bar
     from cdcsync.sync.catalog import mappings_for
+    from cdcsync.sync.sinks import needs_spark
     from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
 
     config = load(ctx)
     cfg = config.follower(follower)
     with follower_lock(base_dir(config), cfg.name, f"bootstrap {cfg.name}"):  # one run per follower
         spark = None
-        if cfg.kind == "delta" or origin == "source":
+        if needs_spark(cfg) or origin == "source":
             from cdcsync.spark import spark_session
 
-            # Spark only reads JDBC pieces for Elasticsearch and Redis: its start is most of its work (class_archive)
-            spark = spark_session(f"cdcsync-bootstrap-{cfg.name}", class_archive=cfg.kind != "delta")
+            # Spark only reads JDBC pieces for a sink without Spark: its start is most of its work (class_archive)
+            spark = spark_session(f"cdcsync-bootstrap-{cfg.name}", class_archive=not needs_spark(cfg))
         mappings = mappings_for(config, cfg)
         if tables:
             wanted = {t.lower() for t in tables}

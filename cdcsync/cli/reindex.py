@@ -31,15 +31,16 @@ def reindex(ctx: click.Context, follower: str, table: str | None, origin: str, a
     """
     from cdcsync.snapshot.bootstrap import progress_bar
     from cdcsync.snapshot.reindex import reindex as run_reindex
+    from cdcsync.sync.sinks import needs_spark
 
     config = load(ctx)
     cfg = config.follower(follower)
     spark = None
-    if cfg.kind == "delta" or origin == "source":
+    if needs_spark(cfg) or origin == "source":
         from cdcsync.spark import spark_session
 
-        # Spark only reads JDBC pieces for Elasticsearch and Redis: its start is most of its work (class_archive)
-        spark = spark_session(f"cdcsync-reindex-{cfg.name}", class_archive=cfg.kind != "delta")
+        # Spark only reads JDBC pieces for a sink without Spark: its start is most of its work (class_archive)
+        spark = spark_session(f"cdcsync-reindex-{cfg.name}", class_archive=not needs_spark(cfg))
     summary = run_reindex(config, cfg, spark, table, functools.partial(progress_bar, label="reindex"), origin)
     if summary.finished:
         click.echo(f"follower {cfg.name}: an earlier reindex was killed; {summary.finished}", err=True)

@@ -17,10 +17,8 @@ Connection URLs are never printed (they may carry credentials).
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -214,42 +212,9 @@ def sink_check(config: Any, cfg: Any) -> Check:
 
 
 def _probe(config: Any, cfg: Any) -> tuple[bool, str]:
-    if cfg.kind == "elasticsearch":
-        from elasticsearch import Elasticsearch
+    from cdcsync.sync.sinks import probe
 
-        from cdcsync.sync.sinks import sink_client_options
-
-        auth = {k: v for k, v in sink_client_options(cfg).items() if v is not None}
-        es = Elasticsearch(cfg.url, request_timeout=TIMEOUT_S, max_retries=0, **auth)
-        try:  # cluster health, not ping: the local stack's distribution has no GET / (ARCHITECTURE §6)
-            colour = es.cluster.health(timeout=f"{int(TIMEOUT_S)}s")["status"]
-        finally:
-            es.close()
-        return colour != "red", f"elasticsearch cluster {colour}"
-    if cfg.kind == "redis":
-        import redis
-
-        from cdcsync.sync.sinks import sink_client_options
-
-        auth = {k: v for k, v in sink_client_options(cfg).items() if v is not None}
-        client = redis.Redis.from_url(cfg.url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S, **auth)
-        try:
-            client.ping()
-        finally:
-            client.close()
-        return True, "redis answers PING"
-    from cdcsync.sync.position import base_dir
-
-    path = cfg.path or str(base_dir(config) / "warehouse" / cfg.name)
-    if "://" in path:
-        return True, f"delta path {path.split('://', 1)[0]}://… not checked (remote storage)"
-    where = Path(path)
-    if where.is_dir():
-        readable = os.access(where, os.R_OK | os.X_OK)
-        return readable, f"delta path {where} {'readable' if readable else 'not readable'}"
-    parent = next((p for p in where.parents if p.exists()), None)
-    creatable = parent is not None and os.access(parent, os.W_OK)
-    return creatable, f"delta path {where} not created yet" + ("" if creatable else f", and {parent} is not writable")
+    return probe(config, cfg, TIMEOUT_S)
 
 
 def _redacted(text: str) -> str:

@@ -21,13 +21,13 @@ def verify(ctx: click.Context, followers: tuple[str, ...], as_json: bool) -> Non
     """
     from cdcsync.snapshot.reindex import killed_line
     from cdcsync.sync import rebuild
-    from cdcsync.sync.sinks import build_sink
+    from cdcsync.sync.sinks import build_sink, needs_spark
     from cdcsync.sync.verify import verify_follower
 
     config = load(ctx)
     selected = [config.follower(n) for n in followers] or list(config.followers)
     spark = None
-    if any(f.kind == "delta" for f in selected):
+    if any(needs_spark(f) for f in selected):
         from cdcsync.spark import spark_session
 
         spark = spark_session("cdcsync-verify")

@@ -1,48 +1,69 @@
-"""One module per derived store, each implementing ``cdcsync.sync.sink.Sink``; ``build_sink`` picks one."""
+"""One module per derived store, each a class implementing ``cdcsync.sync.sink.Sink``.
+
+The registry below maps a follower's ``kind`` to its class, imported when first
+asked for. Each class says what the rest of cdcsync needs to know of its kind:
+``order_free`` (its apply rule does not depend on the order of writes, so the
+executors and several processes may write at once), ``needs_spark``,
+``from_config`` (the sink a follower's config describes) and ``probe`` (does
+its server answer, for ``cdcsync status``). Nothing outside this package asks
+which kind a follower is; adding a store is a module here and a line below.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
-from cdcsync.sync.position import base_dir
 from cdcsync.sync.sink import Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+KINDS = {  # follower kind -> (module, class)
+    "elasticsearch": ("cdcsync.sync.sinks.elasticsearch", "ElasticsearchSink"),
+    "redis": ("cdcsync.sync.sinks.redis", "RedisSink"),
+    "delta": ("cdcsync.sync.sinks.delta", "DeltaSink"),
+}
 
-def sink_client_options(follower: FollowerConfig) -> dict[str, Any]:
-    """The follower's credentials and CA as its sink's client options (``None``: not set); never in the URL."""
-    password = follower.password.get_secret_value() if follower.password else None
-    if follower.kind == "elasticsearch":
-        return {
-            "basic_auth": (follower.username, password) if follower.username and password is not None else None,
-            "api_key": follower.api_key.get_secret_value() if follower.api_key else None,
-            "ca_certs": follower.tls_ca,
-        }
-    return {"username": follower.username, "password": password, "ssl_ca_certs": follower.tls_ca}
+
+class SinkClass(Protocol):
+    """What a sink class says of its kind (class attributes and constructors, no instance needed)."""
+
+    order_free: bool
+    needs_spark: bool
+
+    def from_config(self, config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Sink: ...
+
+    def probe(self, config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]: ...
+
+
+def sink_class(follower: FollowerConfig) -> SinkClass:
+    module, name = KINDS[follower.kind]
+    return cast(SinkClass, getattr(importlib.import_module(module), name))
 
 
 def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Sink:
-    if follower.kind == "elasticsearch":
-        from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
+    cls = sink_class(follower)
+    if cls.needs_spark and spark is None:
+        raise FatalError(f"follower {follower.name}: the {follower.kind} sink needs a Spark session")
+    return cls.from_config(config, follower, spark)
 
-        return ElasticsearchSink(
-            follower.name,
-            follower.url or "",
-            index_prefix=follower.prefix,
-            refresh_each_batch=follower.refresh_each_batch,
-            **sink_client_options(follower),
-        )
-    if follower.kind == "redis":
-        from cdcsync.sync.sinks.redis import RedisSink
 
-        return RedisSink(follower.name, follower.url or "", prefix=follower.prefix, **sink_client_options(follower))
-    if spark is None:
-        raise FatalError(f"follower {follower.name}: the delta sink needs a Spark session")
-    from cdcsync.sync.sinks.delta import DeltaSink
+def needs_spark(follower: FollowerConfig) -> bool:
+    return sink_class(follower).needs_spark
 
-    path = follower.path or str(base_dir(config) / "warehouse" / follower.name)
-    return DeltaSink(follower.name, spark, path, soft_delete=follower.soft_delete, history=follower.history)
+
+def order_free(follower: FollowerConfig) -> bool:
+    return sink_class(follower).order_free
+
+
+def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:
+    """Whether the follower's store answers, and what it said; raises what reaching it raised."""
+    return sink_class(follower).probe(config, follower, timeout_s)
+
+
+def secret(value: Any) -> str | None:
+    """A config secret's value, or None when unset."""
+    return value.get_secret_value() if value is not None else None

@@ -56,11 +56,13 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from delta.tables import DeltaTable
@@ -68,8 +70,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import fingerprint
+from cdcsync.sync.position import base_dir
 from cdcsync.sync.sink import Row, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks.delta_values import (
@@ -145,12 +149,40 @@ class _Table:
     forgotten: set[str] = dataclass_field(default_factory=set)  # columns the table lost, to drop before a write
 
 
+def table_root(config: Config, follower: FollowerConfig) -> str:
+    """Where the follower's tables are: its ``path``, or ``<state>/warehouse/<follower>``."""
+    return follower.path or str(base_dir(config) / "warehouse" / follower.name)
+
+
 class DeltaSink:
     """Applies batches to Delta tables under ``path`` (see the module docstring)."""
 
+    order_free = False  # a MERGE's version guard is per table version: one writer, batches in order
+    needs_spark = True
     chunk_rows: int | None = None  # one MERGE per table per batch: a Delta commit costs seconds, chunks multiply them
     writers = 1  # two MERGEs into one table conflict (one batch's tables are MERGEd at once: delta_writers)
     fill_writers = 1
+
+    @classmethod
+    def from_config(cls, config: Config, follower: FollowerConfig, spark: SparkSession | None) -> DeltaSink:
+        assert spark is not None  # sync.sinks.build_sink refuses a missing session first
+        return cls(follower.name, spark, table_root(config, follower), follower.soft_delete, follower.history)
+
+    @staticmethod
+    def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:
+        """Whether the tables' directory is readable, or may be created; a remote path is not checked."""
+        path = table_root(config, follower)
+        if "://" in path:
+            return True, f"delta path {path.split('://', 1)[0]}://… not checked (remote storage)"
+        where = Path(path)
+        if where.is_dir():
+            readable = os.access(where, os.R_OK | os.X_OK)
+            return readable, f"delta path {where} {'readable' if readable else 'not readable'}"
+        parent = next((p for p in where.parents if p.exists()), None)
+        creatable = parent is not None and os.access(parent, os.W_OK)
+        return creatable, f"delta path {where} not created yet" + (
+            "" if creatable else f", and {parent} is not writable"
+        )
 
     def __init__(
         self, name: str, spark: SparkSession, path: str, soft_delete: bool = False, history: bool = False

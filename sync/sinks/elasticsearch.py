@@ -88,9 +88,11 @@ from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
 
+from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
+from cdcsync.sync.sinks import secret
 from cdcsync.sync.sinks.elasticsearch_errors import (
     RETRYABLE_STATUS,
     RETRYABLE_TYPES,
@@ -162,14 +164,47 @@ HIDE_MARKERS = {"bool": {"must_not": {"term": {DELETED_FIELD: True}}}}
 MAX_ID_BYTES = 512  # longer: ES fails the WHOLE bulk request (action_request_validation_exception)
 
 
+def client_options(follower: FollowerConfig) -> dict[str, Any]:
+    """The follower's credentials and CA as the client's options (``None``: not set); never in the URL."""
+    password = secret(follower.password)
+    return {
+        "basic_auth": (follower.username, password) if follower.username and password is not None else None,
+        "api_key": secret(follower.api_key),
+        "ca_certs": follower.tls_ca,
+    }
+
+
 class ElasticsearchSink:
     """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
 
+    order_free = True  # the version rule decides, whatever order writes land in (sync.sinks)
+    needs_spark = False
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
     writers = 2  # a batch's chunks written at once: the server works on one while the client parses the other's answer
     # A bootstrap's or reindex's: 3 filled a staged index 7-24 % faster than 2 in 7 of 8 paired runs, 4 no faster
     # than 3 (docs/performance.md, "Bootstrap from the topics"). Not the daemon's: each of its tasks holds its chunks.
     fill_writers = 3
+
+    @classmethod
+    def from_config(cls, config: Config, follower: FollowerConfig, spark: object = None) -> ElasticsearchSink:
+        return cls(
+            follower.name,
+            follower.url or "",
+            index_prefix=follower.prefix,
+            refresh_each_batch=follower.refresh_each_batch,
+            **client_options(follower),
+        )
+
+    @staticmethod
+    def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:
+        """Cluster health, not a ping: the local stack's distribution has no ``GET /`` (ARCHITECTURE §6)."""
+        auth = {k: v for k, v in client_options(follower).items() if v is not None}
+        client = Elasticsearch(follower.url or "", request_timeout=timeout_s, max_retries=0, **auth)
+        try:
+            colour = client.cluster.health(timeout=f"{int(timeout_s)}s")["status"]
+        finally:
+            client.close()
+        return colour != "red", f"elasticsearch cluster {colour}"
 
     def __init__(
         self,

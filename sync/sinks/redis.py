@@ -122,9 +122,11 @@ import orjson
 import redis
 from redis.exceptions import NoScriptError, RedisError
 
+from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
+from cdcsync.sync.sinks import secret
 from cdcsync.sync.sinks.redis_errors import classify, mapped
 from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
 
@@ -145,12 +147,35 @@ PUBLISH_SCAN_COUNT = "1000"  # keys a publish call scans and moves on the server
 JOURNAL_OPEN = ""
 
 
+def client_options(follower: FollowerConfig) -> dict[str, Any]:
+    """The follower's ACL user, password and CA as the client's options (``None``: not set); never in the URL."""
+    return {"username": follower.username, "password": secret(follower.password), "ssl_ca_certs": follower.tls_ca}
+
+
 class RedisSink:
     """Applies rows to ``<prefix>:<target>:<doc_id>`` hashes; see the module docstring."""
 
+    order_free = True  # the version rule decides, whatever order writes land in (sync.sinks)
+    needs_spark = False
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
     writers = 2  # a batch's chunks written at once: the server works on one while the client parses the other's answer
     fill_writers = 2  # a bootstrap's or reindex's: its one server thread, not the client, sets a fill's pace
+
+    @classmethod
+    def from_config(cls, config: Config, follower: FollowerConfig, spark: object = None) -> RedisSink:
+        return cls(follower.name, follower.url or "", prefix=follower.prefix, **client_options(follower))
+
+    @staticmethod
+    def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:
+        auth = {k: v for k, v in client_options(follower).items() if v is not None}
+        client = redis.Redis.from_url(
+            follower.url or "", socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **auth
+        )
+        try:
+            client.ping()
+        finally:
+            client.close()
+        return True, "redis answers PING"
 
     def __init__(
         self,
