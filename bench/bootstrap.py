@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     from cdcsync.snapshot.bootstrap import bootstrap_from_topics, capture, progress_bar
     from cdcsync.snapshot.source import bootstrap_from_source
     from cdcsync.spark import spark_session
-    from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
+    from cdcsync.state import base_dir
+    from cdcsync.sync.stream import build_follower, checkpoint_dir
 
     tag = f"bboot{uuid.uuid4().hex[:6]}"
     table = f"bench_{tag}"

@@ -25,17 +25,9 @@ import shutil
 from pathlib import Path
 
 from cdcsync.errors import FatalError
+from cdcsync.state import state_dir
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
-
-
-def state_dir() -> Path:
-    """The stack's state directory; the same rule as deploy/local/stack.py."""
-    if os.environ.get("CDCSYNC_STATE_DIR"):
-        return Path(os.environ["CDCSYNC_STATE_DIR"])
-    if os.geteuid() == 0:
-        return Path("/var/lib/cdcsync")
-    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "cdcsync"
 
 
 def _artifact(jar: Path) -> str:

@@ -33,7 +33,7 @@ from cdcsync.connectors.preflight import run_preflight
 from cdcsync.connectors.render import properties_text, redact, render, secret_properties, secrets_file
 from cdcsync.connectors.topics import ensure_topics, topic_specs
 from cdcsync.errors import ConfigError, PreflightError
-from cdcsync.sync.position import base_dir
+from cdcsync.state import base_dir
 
 
 @dataclass

@@ -30,7 +30,7 @@ from pathlib import Path
 from cdcsync.config import Config, SourceConfig, TableRef
 from cdcsync.connectors import signals
 from cdcsync.db import fetch
-from cdcsync.sync.position import base_dir
+from cdcsync.state import base_dir
 
 log = logging.getLogger(__name__)
 

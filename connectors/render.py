@@ -27,6 +27,7 @@ from string import Template
 
 from cdcsync.config import SECRET_KEY, Config, SourceConfig
 from cdcsync.names import debezium_id
+from cdcsync.state import state_dir
 
 CONNECTOR_CLASSES = {
     "postgres": "io.debezium.connector.postgresql.PostgresConnector",
@@ -53,8 +54,6 @@ def secrets_dir(config: Config) -> Path:
     """
     if config.connect.secrets_dir:
         return Path(config.connect.secrets_dir)
-    from cdcsync.driver import state_dir
-
     return state_dir() / "connect-secrets"
 
 

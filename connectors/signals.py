@@ -237,7 +237,7 @@ def snapshot_added(
     config: Config, client: ConnectClient, source: SourceConfig, desired: dict[str, str], timeout_s: float = 120
 ) -> list[TableRef]:
     """Signal the snapshot of every pending table of ``source`` once its tasks run ``desired``; returns them."""
-    from cdcsync.sync.position import base_dir
+    from cdcsync.state import base_dir
 
     base = base_dir(config)
     tables = pending(base, source)

@@ -67,10 +67,11 @@ from cdcsync.snapshot.bootstrap import (
     publish,
     replay,
 )
+from cdcsync.state import base_dir
 from cdcsync.sync import rebuild
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.position import base_dir, record_reindexed
+from cdcsync.sync.position import record_reindexed
 from cdcsync.sync.stream import build_follower
 
 if TYPE_CHECKING:

@@ -180,7 +180,7 @@ def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMa
 
 def shipped_config(config: Config, name: str) -> str:
     """What tasks receive: the redacted config and where follower ``name``'s secrets are (module docstring)."""
-    from cdcsync.sync.position import base_dir
+    from cdcsync.state import base_dir
 
     index = next(i for i, f in enumerate(config.followers) if f.name == name)
     binlog = {("sources", i, "password") for i, s in enumerate(config.sources) if s.kind != "postgres"}

@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
+from cdcsync.state import base_dir
 
 Positions = dict[str, dict[int, int]]  # topic -> partition -> next offset to read
 MARGIN = 0.1  # of the horizon (at most an hour): a follower this close to it may not outrun the cleaner
@@ -81,12 +82,6 @@ def problems(facts: list[PartitionFacts], now_ms: int) -> list[str]:
                     f"{f.horizon_ms / 1000:.0f} s (min.compaction.lag.ms): deletes ahead of it may be compacted away"
                 )
     return found
-
-
-def base_dir(config: Config) -> Path:
-    from cdcsync.driver import state_dir
-
-    return Path(config.state_dir) if config.state_dir else state_dir()
 
 
 def checkpoint_dir(config: Config, follower: FollowerConfig) -> Path:

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from cdcsync import metrics
 from cdcsync.config import Config
+from cdcsync.state import base_dir
 from cdcsync.sync import shape
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.position import base_dir
 
 if TYPE_CHECKING:
     from cdcsync.sync.follower import Follower

@@ -29,12 +29,13 @@ from confluent_kafka.admin import AdminClient
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
+from cdcsync.state import base_dir
 from cdcsync.sync import batching, executors, rebuild
 from cdcsync.sync.catalog import learner, mappings_for
 from cdcsync.sync.dead_letters import DeadLetters, ensure_dead_letter_topic
 from cdcsync.sync.follower import Follower, Record, arrow_records, tune_gc
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.position import base_dir, check_position, checkpoint_dir, resume_position, start_file
+from cdcsync.sync.position import check_position, checkpoint_dir, resume_position, start_file
 from cdcsync.sync.sinks import build_sink
 
 log = logging.getLogger("cdcsync.stream")

@@ -34,9 +34,10 @@ def bootstrap(
     """
     from cdcsync.snapshot.bootstrap import as_json as summary_json
     from cdcsync.snapshot.bootstrap import bootstrap_from_topics, follower_lock, progress_bar
+    from cdcsync.state import base_dir
     from cdcsync.sync.catalog import mappings_for
     from cdcsync.sync.sinks import needs_spark
-    from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
+    from cdcsync.sync.stream import build_follower, checkpoint_dir
 
     config = load(ctx)
     cfg = config.follower(follower)

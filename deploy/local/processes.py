@@ -10,6 +10,7 @@ reaped yet (a zombie) does not run.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import pwd
 import signal
@@ -18,15 +19,17 @@ import time
 from pathlib import Path
 
 
-def default_state_dir() -> Path:
-    # Root's home is closed to the unprivileged user the databases run as, so
-    # root keeps its state under /var/lib.
-    if os.geteuid() == 0:
-        return Path("/var/lib/cdcsync")
-    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "cdcsync"
+def _state_dir() -> Path:
+    """cdcsync's own rule (cdcsync/state.py, standard library only), read from the checkout by its path: the
+    stack runs before the project is installed, and this leaves sys.path alone."""
+    spec = importlib.util.spec_from_file_location("_cdcsync_state", Path(__file__).parents[2] / "cdcsync/state.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return Path(module.state_dir())
 
 
-STATE = Path(os.environ.get("CDCSYNC_STATE_DIR") or default_state_dir())
+STATE = _state_dir()
 DATA, LOGS, RUN, CONF = STATE / "data", STATE / "logs", STATE / "run", STATE / "conf"
 SERVICE_USER = os.environ.get("CDCSYNC_SERVICE_USER", "cdcsync") if os.geteuid() == 0 else None
 

@@ -72,8 +72,8 @@ from pyspark.sql import types as T
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
+from cdcsync.state import base_dir
 from cdcsync.sync.mapping import fingerprint
-from cdcsync.sync.position import base_dir
 from cdcsync.sync.sink import Row, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks.delta_values import (

@@ -16,7 +16,8 @@ import pytest
 from cdcsync.errors import FatalError
 from cdcsync.snapshot import parallel
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
-from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_file, start_query
+from cdcsync.state import base_dir
+from cdcsync.sync.stream import build_follower, checkpoint_dir, start_file, start_query
 from tests.integration.followers import numbered_table, scenario, writing
 from tests.support import execute, killing_a_child_process, uid
 

@@ -19,7 +19,8 @@ import pytest
 from cdcsync.config import SourceConfig
 from cdcsync.errors import FatalError
 from cdcsync.snapshot.source import bootstrap_from_source
-from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_file
+from cdcsync.state import base_dir
+from cdcsync.sync.stream import build_follower, checkpoint_dir, start_file
 from tests.integration.followers import Scenario, scenario
 from tests.support import execute, killing_a_child_process, maria_connect, pg_connect, uid
 

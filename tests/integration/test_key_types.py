@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
-from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir
+from cdcsync.state import base_dir
+from cdcsync.sync.stream import build_follower, checkpoint_dir
 from tests.integration.followers import Scenario, scenario
 from tests.support import execute, uid
 

@@ -21,7 +21,8 @@ from elasticsearch import Elasticsearch
 
 from cdcsync.snapshot import bootstrap, parallel
 from cdcsync.snapshot.reindex import reindex
-from cdcsync.sync.stream import base_dir, build_follower, checkpoint_dir, start_query
+from cdcsync.state import base_dir
+from cdcsync.sync.stream import build_follower, checkpoint_dir, start_query
 from tests.integration.followers import Scenario, numbered_table, scenario, writing
 from tests.support import ENV, uid
 

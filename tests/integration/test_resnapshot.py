@@ -25,7 +25,8 @@ import pytest
 
 from cdcsync.connectors.apply import apply
 from cdcsync.snapshot.source import bootstrap_from_source
-from cdcsync.sync.position import base_dir, checkpoint_dir
+from cdcsync.state import base_dir
+from cdcsync.sync.position import checkpoint_dir
 from cdcsync.sync.stream import build_follower
 from tests.integration.followers import numbered_table, scenario
 from tests.integration.resnapshot import lose_capture
