@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.snapshot.positions import BinlogPositions, SnapshotLsns
+from cdcsync.resolvers import BinlogPositions, SnapshotLsns
 from cdcsync.state import base_dir
 from cdcsync.sync import batching, executors, rebuild
 from cdcsync.sync.catalog import learner, mappings_for

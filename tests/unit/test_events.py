@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from cdcsync import resolvers
 from cdcsync.events import Change, PoisonRecord, parse_record, version_of
 from cdcsync.snapshot import positions
 from cdcsync.sync.follower import last_per_key
@@ -140,12 +141,12 @@ def test_a_first_transaction_that_spans_the_snapshot_ranks_above_its_rows() -> N
 
 def test_snapshot_lsn_reads_back_over_the_first_transaction_to_the_snapshot_rows() -> None:
     """``SnapshotLsns``' rule for each record it meets reading back, on the recorded envelopes."""
-    rank = [positions._rank_of(r["value"].encode()) for r in records("postgres-resnapshot")]
+    rank = [resolvers._rank_of(r["value"].encode()) for r in records("postgres-resnapshot")]
     p = json.loads(records("postgres-resnapshot")[6]["value"])["source"]["lsn"]
     assert rank[6:9] == [("snapshot", p)] * 3  # the new connector's snapshot: the answer
     assert rank[9] == ("first", None)  # its first transaction: read on past it
     assert rank[4] == ("streamed", None) and rank[10] == ("streamed", None)  # an earlier connector's stream: None
-    assert positions._rank_of(None) == (None, None)  # a tombstone: read on past it
+    assert resolvers._rank_of(None) == (None, None)  # a tombstone: read on past it
 
 
 def test_mariadb_snapshot_rows_carry_a_binlog_position_and_no_gtid() -> None:
@@ -162,7 +163,7 @@ def test_mariadb_snapshot_rows_and_bootstrap_rows_read_at_one_position_get_one_v
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     answers = json.loads((FIXTURES / "mariadb-resnapshot.positions.json").read_text())
-    monkeypatch.setattr(positions, "_query", lambda _source, _sql, params: [(answers.get(f"{params[0]}:{params[1]}"),)])
+    monkeypatch.setattr(resolvers, "query", lambda _source, _sql, params: [(answers.get(f"{params[0]}:{params[1]}"),)])
     from cdcsync.config import SourceConfig
 
     src = SourceConfig.model_validate(
@@ -180,7 +181,7 @@ def test_mariadb_snapshot_rows_and_bootstrap_rows_read_at_one_position_get_one_v
     rec = records("mariadb-resnapshot")[6]
     value = json.loads(rec["value"])
     value["source"]["name"] = "ma"
-    envelope_version = version_of(value, positions.BinlogPositions([src]))
+    envelope_version = version_of(value, resolvers.BinlogPositions([src]))
     bootstrap_version = positions.MariaDBRead(src).version(value["source"]["file"], value["source"]["pos"])
     assert envelope_version == bootstrap_version == (442 << 16) | 0xFFFF
 

@@ -6,7 +6,8 @@ import pytest
 
 from cdcsync.config import SourceConfig
 from cdcsync.errors import FatalError
-from cdcsync.snapshot.positions import MariaDBRead, PostgresRead, _domain0_seq
+from cdcsync.resolvers import domain0_seq
+from cdcsync.snapshot.positions import MariaDBRead, PostgresRead
 
 PG = SourceConfig(name="pg", kind="postgres", port=5432, database="d", user="u", password="x", tables=["public.t"])
 MARIA = SourceConfig(name="ma", kind="mariadb", port=3306, database="d", user="u", password="x", tables=["d.t"])
@@ -35,10 +36,10 @@ def test_postgres_has_passed_the_read_once_a_commit_at_or_after_it_is_committed(
 
 
 def test_mariadb_gtid_positions_and_passing() -> None:
-    assert _domain0_seq("ma", "0-1-42") == 42
-    assert _domain0_seq("ma", "1-5-7,0-1-42") == 42
+    assert domain0_seq("ma", "0-1-42") == 42
+    assert domain0_seq("ma", "1-5-7,0-1-42") == 42
     with pytest.raises(FatalError, match="domain 0"):
-        _domain0_seq("ma", "1-5-7")
+        domain0_seq("ma", "1-5-7")
     read = MariaDBRead(MARIA, highest_seq=42)
     assert read.passed({"gtids": "0-1-42"}) and read.passed({"gtids": "0-1-40", "transaction_id": "0-1-43"})
     assert not read.passed({"gtids": "0-1-41"})

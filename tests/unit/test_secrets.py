@@ -18,7 +18,7 @@ from cdcsync.config import Config
 from cdcsync.config_file import load_config
 from cdcsync.connectors.render import properties_text, render, secret_properties
 from cdcsync.errors import ConfigError
-from cdcsync.snapshot.positions import BinlogPositions
+from cdcsync.resolvers import BinlogPositions
 from cdcsync.sync import executors
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
