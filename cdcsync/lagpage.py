@@ -8,7 +8,7 @@ already holds:
 =================== ======================================================
 what                from
 =================== ======================================================
-offsets, seconds    the lag collector's last report (``sync.lag``, every
+offsets, seconds    the lag collector's last report (``connectors.lag``, every
 behind; capture     ~10 s, kept by ``metrics.record_lag``)
 follower state,     the supervisor's ``cdcsync_follower_state`` and
 restarts            ``cdcsync_follower_restarts_total``
@@ -71,7 +71,7 @@ def build(
     health_lines: list[str],
     now_s: float,
 ) -> dict[str, Any]:
-    """The page's data (``/lag.json``) from a ``sync.lag.LagReport`` (or None before the first) and the rest."""
+    """The page's data (``/lag.json``) from a ``connectors.lag.LagReport`` (or None before the first) and the rest."""
     reasons: dict[str, str] = {}
     problems: list[str] = []
     for line in health_lines:

@@ -51,6 +51,7 @@ from cdcsync import metrics
 from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors import partitions, restore, source_setup
 from cdcsync.connectors.client import ConnectClient
+from cdcsync.connectors.lag import stall_after_s
 from cdcsync.db import UNREACHABLE
 from cdcsync.errors import CdcsyncError, RetryableError
 
@@ -60,7 +61,6 @@ WATCH_S = 10.0
 RESTART_FIRST_S = 10.0
 RESTART_CAP_S = 600.0
 RESTORE_CHECK_S = 60.0  # how often the source's log position is compared with what capture read
-STALL_MIN_S = 60.0  # never call capture stalled sooner than this, whatever the heartbeat interval
 
 
 @dataclass
@@ -78,7 +78,7 @@ class SourceState:
 
     @property
     def stall_after_s(self) -> float:
-        return max(STALL_MIN_S, 10 * self.source.heartbeat_interval_ms / 1000)
+        return stall_after_s(self.source.heartbeat_interval_ms)
 
 
 # Debezium's DDL parser failed on a statement in the binlog: the task re-reads the same event after every restart.

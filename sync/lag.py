@@ -1,4 +1,4 @@
-"""Lag: how far each follower is behind its log, and capture behind its source.
+"""Follower lag: how far each follower is behind its log.
 
 Spark's Kafka source commits no offsets to Kafka, so consumer-lag tools see
 nothing of a follower; its position is read from its own checkpoint
@@ -13,22 +13,10 @@ without the daemon. Per follower, table and partition:
   applied (the change just before its position; before its first change, the
   first one it has yet to read). 0 when offsets behind is 0.
 
-Per source (capture):
-
-- **heartbeat age**: now − the time of the newest record in
-  ``__debezium-heartbeat.<source>``. Debezium heartbeats on an idle source
-  too, so a young heartbeat with no recent change is *idle*, an old one is
-  *stalled* (after ``max(60 s, 10 × heartbeat interval)``, the watchdog's rule).
-- **capture lag**: how far capture may be behind the source. When the newest
-  change was emitted after the newest heartbeat (capture is busy), the larger
-  of the heartbeat age and that change's delay (envelope ``ts_ms`` −
-  ``source.ts_ms``, Debezium's own "milliseconds behind source"); otherwise
-  the heartbeat age alone.
-- **slot WAL retained** (Postgres): ``pg_wal_lsn_diff(pg_current_wal_lsn(),
-  restart_lsn)`` of the source's slot: what a stopped pipeline pins on disk.
-
-The arithmetic is pure (``PartitionLag``, ``SourceLag``); ``LagReader`` does
-the reading and is reused by the daemon's collector (``LagCollector``).
+The arithmetic is pure (``PartitionLag``, ``TableLag``); ``LogReader`` reads
+the logs once for every follower, and for capture's lag
+(``connectors.lag``, which makes the report ``cdcsync lag``, the daemon's
+collector and the lag page show).
 """
 
 from __future__ import annotations
@@ -42,20 +30,13 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from cdcsync.config import Config, FollowerConfig, SourceConfig
-from cdcsync.connectors.watch import STALL_MIN_S
+from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import RetryableError
 from cdcsync.sync.position import resume_position
 
 log = logging.getLogger("cdcsync.lag")
 
 WINDOW = 64  # records read before a position (or the log end) to find the last change with a value
-COLLECT_S = 10.0  # the daemon's collector period
-
-
-def stall_after_s(heartbeat_interval_ms: int) -> float:
-    """Heartbeats silent this long mean capture is stuck, not idle (the capture watchdog's rule)."""
-    return max(STALL_MIN_S, 10 * heartbeat_interval_ms / 1000)
 
 
 @dataclass(frozen=True)
@@ -145,77 +126,6 @@ class FollowerLag:
         }
 
 
-@dataclass(frozen=True)
-class SourceLag:
-    source: str
-    kind: str
-    heartbeat_interval_ms: int
-    now_ms: int
-    heartbeat_ms: int | None = None  # when the newest heartbeat was written
-    newest_change_ms: int | None = None  # source.ts_ms (commit time) of the newest change in the source's topics
-    newest_change_emitted_ms: int | None = None  # that change's envelope ts_ms (when Debezium emitted it)
-    slot: str | None = None
-    retained_wal_bytes: int | None = None
-
-    @property
-    def heartbeat_age_s(self) -> float | None:
-        return None if self.heartbeat_ms is None else max(0, self.now_ms - self.heartbeat_ms) / 1000
-
-    @property
-    def newest_change_age_s(self) -> float | None:
-        return None if self.newest_change_ms is None else max(0, self.now_ms - self.newest_change_ms) / 1000
-
-    @property
-    def capture_lag_s(self) -> float | None:
-        age = self.heartbeat_age_s
-        if self.newest_change_ms is None or self.newest_change_emitted_ms is None:
-            return age
-        if self.heartbeat_ms is not None and self.newest_change_emitted_ms <= self.heartbeat_ms:
-            return age  # capture has spoken since it emitted the newest change: it is past it
-        delay = max(0, self.newest_change_emitted_ms - self.newest_change_ms) / 1000
-        return max(delay, age or 0.0)
-
-    @property
-    def state(self) -> str:
-        """``capturing``, ``idle`` (heartbeats, no recent change), ``stalled`` or ``no heartbeat``."""
-        age, limit = self.heartbeat_age_s, stall_after_s(self.heartbeat_interval_ms)
-        if age is None:
-            return "no heartbeat"
-        if age > limit:
-            return "stalled"
-        change_age = self.newest_change_age_s
-        return "idle" if change_age is None or change_age > limit else "capturing"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "kind": self.kind,
-            "state": self.state,
-            "heartbeat_age_s": self.heartbeat_age_s,
-            "capture_lag_s": self.capture_lag_s,
-            "newest_change_commit_ms": self.newest_change_ms,
-            "newest_change_age_s": self.newest_change_age_s,
-            "slot": self.slot,
-            "slot_retained_wal_bytes": self.retained_wal_bytes,
-        }
-
-
-@dataclass
-class LagReport:
-    at_ms: int
-    followers: list[FollowerLag] = field(default_factory=list)
-    sources: list[SourceLag] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "at_ms": self.at_ms,
-            "followers": [f.as_dict() for f in self.followers],
-            "sources": [s.as_dict() for s in self.sources],
-            "problems": self.problems,
-        }
-
-
 # --------------------------------------------------------------------------- reading records
 
 
@@ -234,21 +144,24 @@ def commit_times(value: bytes | None) -> tuple[int, int] | None:
     return commit, emitted if isinstance(emitted, int) else commit
 
 
-def heartbeat_time(value: bytes | None, record_ms: int) -> int:
-    """A heartbeat's ``ts_ms`` (Debezium writes ``{"ts_ms": ...}``), else the record's own timestamp."""
-    try:
-        ts = orjson.loads(value or b"{}").get("ts_ms")
-    except (orjson.JSONDecodeError, AttributeError):
-        ts = None
-    return ts if isinstance(ts, int) else record_ms
-
-
 Span = tuple[int, int]  # [from, to) offsets to read
 Read = list[tuple[int, bytes | None, int]]  # (offset, value, record timestamp ms)
 
 
-class LagReader:
-    """Reads positions, log bounds and commit times; one Kafka consumer, kept between reports."""
+@dataclass
+class LogRead:
+    """One read of the logs: each partition's bounds and tail, and the followers' lag in them."""
+
+    at_ms: int
+    bounds: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    tails: dict[tuple[str, int], Read] = field(default_factory=dict)
+    newest: dict[tuple[str, int], tuple[int, int] | None] = field(default_factory=dict)  # last change's times
+    followers: list[FollowerLag] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+class LogReader:
+    """Reads positions, log bounds and commit times; one Kafka consumer, kept between reads."""
 
     def __init__(self, config: Config, timeout_s: float = 15) -> None:
         self.config, self.timeout_s = config, timeout_s
@@ -273,28 +186,37 @@ class LagReader:
             )
         return self._consumer
 
-    def report(self, followers: Iterable[FollowerConfig] | None = None, now_ms: int | None = None) -> LagReport:
+    def read(self, followers: Iterable[FollowerConfig], now_ms: int | None = None) -> LogRead:
+        """Every captured table's and heartbeat topic's bounds and tail, and each follower's lag in them."""
         config = self.config
-        chosen = list(config.followers if followers is None else followers)
-        report = LagReport(at_ms=now_ms if now_ms is not None else int(time.time() * 1000))
+        read = LogRead(at_ms=now_ms if now_ms is not None else int(time.time() * 1000))
         topics = {s.topic(t): (s, t) for s in config.sources for t in s.tables}
         wanted = [*topics, *(s.heartbeat_topic for s in config.sources)]
         try:
             metadata = self.consumer.list_topics(timeout=self.timeout_s).topics
         except KafkaException as err:
             raise RetryableError(f"Kafka unreachable at {config.kafka.bootstrap_servers}: {err}") from None
-        bounds: dict[tuple[str, int], tuple[int, int]] = {}
+        bounds = read.bounds
         for topic in wanted:
             info = metadata.get(topic)
             if info is None or info.error is not None or not info.partitions:
-                report.problems.append(f"topic {topic} does not exist yet (is its connector registered?)")
+                read.problems.append(f"topic {topic} does not exist yet (is its connector registered?)")
                 continue
             for partition in sorted(info.partitions):
                 low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, partition), self.timeout_s)
                 bounds[(topic, partition)] = (int(low), int(high))
-        tails = self._scan({tp: (max(lo, hi - WINDOW), hi) for tp, (lo, hi) in bounds.items() if hi > lo})
-        newest = {tp: _last_change(read) for tp, read in tails.items()}
+        read.tails = self._scan({tp: (max(lo, hi - WINDOW), hi) for tp, (lo, hi) in bounds.items() if hi > lo})
+        read.newest = {tp: _last_change(tail) for tp, tail in read.tails.items()}
+        read.followers = self._followers(list(followers), bounds, read.newest)
+        return read
 
+    def _followers(
+        self,
+        chosen: list[FollowerConfig],
+        bounds: dict[tuple[str, int], tuple[int, int]],
+        newest: dict[tuple[str, int], tuple[int, int] | None],
+    ) -> list[FollowerLag]:
+        config = self.config
         plans: list[tuple[FollowerConfig, str, dict[str, dict[int, int]]]] = []
         asks: list[tuple[tuple[str, int], int]] = []  # (partition, position) whose commit times are needed
         for cfg in chosen:
@@ -308,7 +230,7 @@ class LagReader:
                     if t == topic and hi > max(lo, pos if pos is not None else lo):
                         asks.append(((t, partition), max(lo, pos) if pos is not None else lo))
         around = self._around(asks, bounds)
-
+        lags = []
         for cfg, origin, positions in plans:
             tables = []
             for source, table in config.followed_tables(cfg):
@@ -324,43 +246,8 @@ class LagReader:
                     parts.append(PartitionLag(partition, pos, lo, hi, applied, pending, last[0] if last else None))
                 if parts:
                     tables.append(TableLag(source.name, str(table), topic, parts))
-            report.followers.append(FollowerLag(cfg.name, origin, tables))
-
-        for source in config.sources:
-            report.sources.append(self._source(source, bounds, tails, newest, report))
-        return report
-
-    def _source(
-        self,
-        source: SourceConfig,
-        bounds: dict[tuple[str, int], tuple[int, int]],
-        tails: dict[tuple[str, int], Read],
-        newest: dict[tuple[str, int], tuple[int, int] | None],
-        report: LagReport,
-    ) -> SourceLag:
-        beats = [r for tp, read in tails.items() if tp[0] == source.heartbeat_topic for r in read]
-        heartbeat = heartbeat_time(beats[-1][1], beats[-1][2]) if beats else None
-        changes = [c for (topic, _), c in newest.items() if c and topic.startswith(f"{source.name}.")]
-        change = max(changes, default=None)
-        retained = None
-        if source.kind == "postgres":
-            try:
-                retained = slot_retained_wal(source)
-                if retained is None:
-                    report.problems.append(f"source {source.name}: replication slot {source.slot} does not exist")
-            except Exception as err:  # the source down is a finding, not a crash of the report
-                report.problems.append(f"source {source.name}: slot {source.slot} unreadable: {err}".strip())
-        return SourceLag(
-            source.name,
-            source.kind,
-            source.heartbeat_interval_ms,
-            report.at_ms,
-            heartbeat,
-            change[0] if change else None,
-            change[1] if change else None,
-            source.slot if source.kind == "postgres" else None,
-            retained,
-        )
+            lags.append(FollowerLag(cfg.name, origin, tables))
+        return lags
 
     def _around(
         self, asks: list[tuple[tuple[str, int], int]], bounds: dict[tuple[str, int], tuple[int, int]]
@@ -430,30 +317,3 @@ def _last_change(read: Read) -> tuple[int, int] | None:
         if times is not None:
             return times
     return None
-
-
-def slot_retained_wal(source: SourceConfig) -> int | None:
-    """Bytes of WAL the source's replication slot keeps from being recycled; None when there is no slot."""
-    from cdcsync.db import connect_postgres
-
-    with connect_postgres(source, timeout_s=5, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots"
-            " WHERE slot_name = %s",
-            (source.slot,),
-        ).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
-
-
-class LagCollector:
-    """The daemon's lag metrics: a report every ``COLLECT_S`` seconds, exported as gauges."""
-
-    def __init__(self, config: Config, followers: list[FollowerConfig]) -> None:
-        self.reader, self.followers = LagReader(config), followers
-
-    def tick(self) -> LagReport:
-        from cdcsync import metrics
-
-        report = self.reader.report(self.followers)
-        metrics.record_lag(report)
-        return report

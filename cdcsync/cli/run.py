@@ -202,8 +202,8 @@ def _watch_kinds(config: Any, built: dict[str, Any]) -> None:
 
 
 def _collect_lag(config: Any, followers: list[Any]) -> None:
-    """Export the followers' and sources' lag (``sync.lag``) every ``COLLECT_S``; a failed round is only logged."""
-    from cdcsync.sync.lag import COLLECT_S, LagCollector
+    """Export followers' and sources' lag (``connectors.lag``) every ``COLLECT_S``; a failed round is only logged."""
+    from cdcsync.connectors.lag import COLLECT_S, LagCollector
 
     collector = LagCollector(config, followers)
     while True:

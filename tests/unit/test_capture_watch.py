@@ -12,6 +12,7 @@ import pytest
 
 from cdcsync.config import Config
 from cdcsync.connectors import watch as w
+from cdcsync.connectors.lag import STALL_MIN_S
 from cdcsync.connectors.watch import CaptureWatch, heal_backoff_s
 
 SOURCE = {
@@ -87,7 +88,7 @@ def test_idle_is_healthy_while_heartbeats_come_and_silence_is_healed_then_report
         watch.now += 30
         watch.tick()
     assert watch.health() == (True, []) and connect.calls == []
-    watch.now += w.STALL_MIN_S + 1  # RUNNING, and silent for over a minute
+    watch.now += STALL_MIN_S + 1  # RUNNING, and silent for over a minute
     watch.tick()
     assert connect.calls == ["restart_all"]
     ok, [problem] = watch.health()

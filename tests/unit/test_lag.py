@@ -16,16 +16,8 @@ from prometheus_client import REGISTRY
 
 from cdcsync import metrics
 from cdcsync.cli.lag import render
-from cdcsync.sync.lag import (
-    FollowerLag,
-    LagReport,
-    PartitionLag,
-    SourceLag,
-    TableLag,
-    commit_times,
-    heartbeat_time,
-    stall_after_s,
-)
+from cdcsync.connectors.lag import LagReport, SourceLag, heartbeat_time, stall_after_s
+from cdcsync.sync.lag import FollowerLag, PartitionLag, TableLag, commit_times
 
 NOW = 1_700_000_000_000
 

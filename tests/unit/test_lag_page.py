@@ -10,7 +10,8 @@ from urllib.error import HTTPError
 from urllib.request import urlopen
 
 from cdcsync import lagpage, metrics
-from cdcsync.sync.lag import FollowerLag, LagReport, PartitionLag, SourceLag, TableLag
+from cdcsync.connectors.lag import LagReport, SourceLag
+from cdcsync.sync.lag import FollowerLag, PartitionLag, TableLag
 
 NOW_MS = 1_700_000_000_000
 

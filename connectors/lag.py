@@ -1,0 +1,191 @@
+"""Lag in one report: each follower's behind its log (``sync.lag``) and capture's behind its source.
+
+Per source (capture):
+
+- **heartbeat age**: now − the time of the newest record in
+  ``__debezium-heartbeat.<source>``. Debezium heartbeats on an idle source
+  too, so a young heartbeat with no recent change is *idle*, an old one is
+  *stalled* (after ``stall_after_s``: ``max(60 s, 10 × heartbeat interval)``,
+  the capture watchdog's rule too, ``connectors.watch``).
+- **capture lag**: how far capture may be behind the source. When the newest
+  change was emitted after the newest heartbeat (capture is busy), the larger
+  of the heartbeat age and that change's delay (envelope ``ts_ms`` −
+  ``source.ts_ms``, Debezium's own "milliseconds behind source"); otherwise
+  the heartbeat age alone.
+- **slot WAL retained** (Postgres): ``pg_wal_lsn_diff(pg_current_wal_lsn(),
+  restart_lsn)`` of the source's slot: what a stopped pipeline pins on disk.
+
+``LagReader`` makes a ``LagReport`` from one read of the logs
+(``sync.lag.LogReader``); ``LagCollector`` is the daemon's, which exports it
+as gauges every ``COLLECT_S``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from cdcsync.config import Config, FollowerConfig, SourceConfig
+from cdcsync.sync.lag import FollowerLag, LogRead, LogReader
+
+STALL_MIN_S = 60.0  # never call capture stalled sooner than this, whatever the heartbeat interval
+COLLECT_S = 10.0  # the daemon's collector period
+
+
+def stall_after_s(heartbeat_interval_ms: int) -> float:
+    """Heartbeats silent this long mean capture is stuck, not idle (the capture watchdog's rule)."""
+    return max(STALL_MIN_S, 10 * heartbeat_interval_ms / 1000)
+
+
+@dataclass(frozen=True)
+class SourceLag:
+    source: str
+    kind: str
+    heartbeat_interval_ms: int
+    now_ms: int
+    heartbeat_ms: int | None = None  # when the newest heartbeat was written
+    newest_change_ms: int | None = None  # source.ts_ms (commit time) of the newest change in the source's topics
+    newest_change_emitted_ms: int | None = None  # that change's envelope ts_ms (when Debezium emitted it)
+    slot: str | None = None
+    retained_wal_bytes: int | None = None
+
+    @property
+    def heartbeat_age_s(self) -> float | None:
+        return None if self.heartbeat_ms is None else max(0, self.now_ms - self.heartbeat_ms) / 1000
+
+    @property
+    def newest_change_age_s(self) -> float | None:
+        return None if self.newest_change_ms is None else max(0, self.now_ms - self.newest_change_ms) / 1000
+
+    @property
+    def capture_lag_s(self) -> float | None:
+        age = self.heartbeat_age_s
+        if self.newest_change_ms is None or self.newest_change_emitted_ms is None:
+            return age
+        if self.heartbeat_ms is not None and self.newest_change_emitted_ms <= self.heartbeat_ms:
+            return age  # capture has spoken since it emitted the newest change: it is past it
+        delay = max(0, self.newest_change_emitted_ms - self.newest_change_ms) / 1000
+        return max(delay, age or 0.0)
+
+    @property
+    def state(self) -> str:
+        """``capturing``, ``idle`` (heartbeats, no recent change), ``stalled`` or ``no heartbeat``."""
+        age, limit = self.heartbeat_age_s, stall_after_s(self.heartbeat_interval_ms)
+        if age is None:
+            return "no heartbeat"
+        if age > limit:
+            return "stalled"
+        change_age = self.newest_change_age_s
+        return "idle" if change_age is None or change_age > limit else "capturing"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "state": self.state,
+            "heartbeat_age_s": self.heartbeat_age_s,
+            "capture_lag_s": self.capture_lag_s,
+            "newest_change_commit_ms": self.newest_change_ms,
+            "newest_change_age_s": self.newest_change_age_s,
+            "slot": self.slot,
+            "slot_retained_wal_bytes": self.retained_wal_bytes,
+        }
+
+
+@dataclass
+class LagReport:
+    at_ms: int
+    followers: list[FollowerLag] = field(default_factory=list)
+    sources: list[SourceLag] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "at_ms": self.at_ms,
+            "followers": [f.as_dict() for f in self.followers],
+            "sources": [s.as_dict() for s in self.sources],
+            "problems": self.problems,
+        }
+
+
+def heartbeat_time(value: bytes | None, record_ms: int) -> int:
+    """A heartbeat's ``ts_ms`` (Debezium writes ``{"ts_ms": ...}``), else the record's own timestamp."""
+    try:
+        ts = orjson.loads(value or b"{}").get("ts_ms")
+    except (orjson.JSONDecodeError, AttributeError):
+        ts = None
+    return ts if isinstance(ts, int) else record_ms
+
+
+def source_lag(source: SourceConfig, read: LogRead, problems: list[str]) -> SourceLag:
+    """A source's capture lag from a read of the logs (its heartbeat topic's and tables' tails)."""
+    beats = [r for tp, tail in read.tails.items() if tp[0] == source.heartbeat_topic for r in tail]
+    heartbeat = heartbeat_time(beats[-1][1], beats[-1][2]) if beats else None
+    changes = [c for (topic, _), c in read.newest.items() if c and topic.startswith(f"{source.name}.")]
+    change = max(changes, default=None)
+    retained = None
+    if source.kind == "postgres":
+        try:
+            retained = slot_retained_wal(source)
+            if retained is None:
+                problems.append(f"source {source.name}: replication slot {source.slot} does not exist")
+        except Exception as err:  # the source down is a finding, not a crash of the report
+            problems.append(f"source {source.name}: slot {source.slot} unreadable: {err}".strip())
+    return SourceLag(
+        source.name,
+        source.kind,
+        source.heartbeat_interval_ms,
+        read.at_ms,
+        heartbeat,
+        change[0] if change else None,
+        change[1] if change else None,
+        source.slot if source.kind == "postgres" else None,
+        retained,
+    )
+
+
+def slot_retained_wal(source: SourceConfig) -> int | None:
+    """Bytes of WAL the source's replication slot keeps from being recycled; None when there is no slot."""
+    from cdcsync.db import connect_postgres
+
+    with connect_postgres(source, timeout_s=5, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots"
+            " WHERE slot_name = %s",
+            (source.slot,),
+        ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+class LagReader:
+    """One report of every follower's and source's lag; one Kafka consumer, kept between reports."""
+
+    def __init__(self, config: Config, timeout_s: float = 15) -> None:
+        self.config = config
+        self.logs = LogReader(config, timeout_s)
+
+    def close(self) -> None:
+        self.logs.close()
+
+    def report(self, followers: Iterable[FollowerConfig] | None = None, now_ms: int | None = None) -> LagReport:
+        read = self.logs.read(self.config.followers if followers is None else followers, now_ms)
+        report = LagReport(at_ms=read.at_ms, followers=read.followers, problems=read.problems)
+        report.sources = [source_lag(source, read, report.problems) for source in self.config.sources]
+        return report
+
+
+class LagCollector:
+    """The daemon's lag metrics: a report every ``COLLECT_S`` seconds, exported as gauges."""
+
+    def __init__(self, config: Config, followers: list[FollowerConfig]) -> None:
+        self.reader, self.followers = LagReader(config), followers
+
+    def tick(self) -> LagReport:
+        from cdcsync import metrics
+
+        report = self.reader.report(self.followers)
+        metrics.record_lag(report)
+        return report
