@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from cdcsync.connectors.apply import apply
     from cdcsync.db import connect_postgres
-    from cdcsync.snapshot.bootstrap import bootstrap_from_topics, capture, progress_bar
+    from cdcsync.snapshot.bootstrap import bootstrap_from_topics
+    from cdcsync.snapshot.replay import capture, progress_bar
     from cdcsync.snapshot.source import bootstrap_from_source
     from cdcsync.spark import spark_session
     from cdcsync.state import base_dir

@@ -45,7 +45,7 @@ from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import SharedFill
 
 if TYPE_CHECKING:
-    from cdcsync.snapshot.bootstrap import Summary
+    from cdcsync.snapshot.replay import Summary
 
 PROCESSES = 2  # two cores: a third process measured no faster (docs/performance.md)
 SLICE_RECORDS = 100_000  # offsets per slice: progress per slice, and the work spread evenly
@@ -191,8 +191,8 @@ def _ready(setup: Setup) -> None:
 
 
 def _apply(setup: Setup, piece: Slice) -> tuple[Slice, BatchCounts, TableMapping]:
-    """One slice through this process's follower, as ``bootstrap.replay`` applies a stretch in one process."""
-    from cdcsync.snapshot.bootstrap import REPLAY_CALL_RECORDS, replay_here
+    """One slice through this process's follower, as ``snapshot.replay.replay`` applies a stretch in one process."""
+    from cdcsync.snapshot.replay import REPLAY_CALL_RECORDS, replay_here
 
     topic, partition, start, end = piece
     follower = follower_of(setup)

@@ -56,17 +56,8 @@ from confluent_kafka import TopicPartition
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import ConfigError, FatalError
-from cdcsync.snapshot.bootstrap import (
-    Busy,
-    Offsets,
-    Progress,
-    Summary,
-    capture,
-    follower_lock,
-    offsets_json,
-    publish,
-    replay,
-)
+from cdcsync.snapshot.bootstrap import Busy, follower_lock
+from cdcsync.snapshot.replay import Offsets, Progress, Summary, capture, offsets_json, publish, replay
 from cdcsync.state import base_dir
 from cdcsync.sync import rebuild
 from cdcsync.sync.catalog import mappings_for

@@ -41,16 +41,10 @@ from cdcsync.connectors.client import ConnectClient
 from cdcsync.errors import FatalError
 from cdcsync.events import PoisonRecord, parse_record
 from cdcsync.snapshot import jdbc, parallel, table_copy
-from cdcsync.snapshot.bootstrap import (
-    BATCH_ROWS,
-    Summary,
-    end_offsets,
-    publish,
-    read_window,
-    record_start,
-)
-from cdcsync.snapshot.bootstrap import consumer as kafka_consumer
+from cdcsync.snapshot.bootstrap import record_start
 from cdcsync.snapshot.positions import PostgresRead, SourceRead, open_read, wait_passed
+from cdcsync.snapshot.replay import BATCH_ROWS, Summary, end_offsets, publish, read_window
+from cdcsync.snapshot.replay import consumer as kafka_consumer
 from cdcsync.snapshot.table_copy import Plan, ReadAhead, versions_of
 from cdcsync.sync import rebuild
 from cdcsync.sync.follower import Follower, Record

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from cdcsync.config import TableRef
 from cdcsync.events import Change, PoisonRecord
 from cdcsync.snapshot import jdbc, parallel
-from cdcsync.snapshot.bootstrap import BATCH_ROWS
 from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
+from cdcsync.snapshot.replay import BATCH_ROWS
 from cdcsync.sync.follower import BatchCounts, Follower, Record, snapshot_record
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id
 from cdcsync.sync.sink import Row

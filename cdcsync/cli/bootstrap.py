@@ -32,8 +32,9 @@ def bootstrap(
     or reindex of FOLLOWER runs. Exit 0 done, 1 failed or refused, 2 usage or
     config error.
     """
-    from cdcsync.snapshot.bootstrap import as_json as summary_json
-    from cdcsync.snapshot.bootstrap import bootstrap_from_topics, follower_lock, progress_bar
+    from cdcsync.snapshot.bootstrap import bootstrap_from_topics, follower_lock
+    from cdcsync.snapshot.replay import as_json as summary_json
+    from cdcsync.snapshot.replay import progress_bar
     from cdcsync.state import base_dir
     from cdcsync.sync.catalog import mappings_for
     from cdcsync.sync.sinks import needs_spark

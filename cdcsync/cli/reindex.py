@@ -29,8 +29,8 @@ def reindex(ctx: click.Context, follower: str, table: str | None, origin: str, a
     makes this one refused. Exit 0 done, 1 failed or refused, 2 usage or
     config error.
     """
-    from cdcsync.snapshot.bootstrap import progress_bar
     from cdcsync.snapshot.reindex import reindex as run_reindex
+    from cdcsync.snapshot.replay import progress_bar
     from cdcsync.sync.sinks import needs_spark
 
     config = load(ctx)

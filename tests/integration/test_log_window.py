@@ -9,7 +9,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync.config import KafkaSettings
-from snapshot.bootstrap import end_offsets, read_window
+from snapshot.replay import end_offsets, read_window
 from tests.support import ENV, uid
 
 SERVERS = f"127.0.0.1:{ENV['KAFKA_PORT']}"

@@ -20,6 +20,7 @@ import redis
 from elasticsearch import Elasticsearch
 
 from cdcsync.snapshot import bootstrap, parallel
+from cdcsync.snapshot import replay as engine
 from cdcsync.snapshot.reindex import reindex
 from cdcsync.state import base_dir
 from cdcsync.sync.stream import build_follower, checkpoint_dir, start_query
@@ -165,9 +166,9 @@ def changes_after_publish(monkeypatch: pytest.MonkeyPatch, sc: Scenario) -> None
     def then_wait(sink: Any) -> None:
         publish(sink)
         topics = sorted(sc.followers["cache"].mappings)
-        published = sum(high for _, high in bootstrap.capture(sc.config, topics).values())
+        published = sum(high for _, high in engine.capture(sc.config, topics).values())
         deadline = time.monotonic() + 30
-        while sum(high for _, high in bootstrap.capture(sc.config, topics).values()) <= published:
+        while sum(high for _, high in engine.capture(sc.config, topics).values()) <= published:
             assert time.monotonic() < deadline, "no change reached the log within 30 s of the publish"
             time.sleep(0.05)
 
@@ -219,12 +220,12 @@ def test_delta_reindex_publishes_one_new_table_version(spark: Any, tmp_path: Pat
 def test_bootstrap_killed_half_way_shows_readers_nothing_and_a_rerun_succeeds(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bootstrap, "BATCH_ROWS", 500)  # several chunks, so a kill can land between two
+    monkeypatch.setattr(engine, "BATCH_ROWS", 500)  # several chunks, so a kill can land between two
 
     def killed(done: int, total: int, elapsed: float) -> None:
         raise KeyboardInterrupt("killed half-way")
 
-    def run(sc: Scenario, cfg: Any, progress: bootstrap.Progress | None = None) -> bootstrap.Summary:
+    def run(sc: Scenario, cfg: Any, progress: engine.Progress | None = None) -> engine.Summary:
         follower = build_follower(sc.config, cfg, spark, open_sink=False)  # as the bootstrap command does
         try:
             return bootstrap.bootstrap_from_topics(

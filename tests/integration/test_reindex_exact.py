@@ -32,8 +32,8 @@ from elasticsearch import Elasticsearch
 from cdcsync.config import Config
 from cdcsync.events import Change
 from cdcsync.snapshot import reindex as reindex_module
-from cdcsync.snapshot.bootstrap import Summary, capture, replay
 from cdcsync.snapshot.reindex import reindex
+from cdcsync.snapshot.replay import Summary, capture, replay
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.sink import Row
 from cdcsync.sync.sinks import build_sink

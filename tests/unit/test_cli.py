@@ -41,7 +41,7 @@ def test_bootstrap_help_names_both_origins_and_the_partitions() -> None:
 
 
 def test_bootstrap_progress_line_shows_rows_rate_and_eta(capsys) -> None:  # type: ignore[no-untyped-def]
-    from cdcsync.snapshot.bootstrap import progress_bar
+    from cdcsync.snapshot.replay import progress_bar
 
     progress_bar(2500, 10000, 2.0)
     line = capsys.readouterr().err

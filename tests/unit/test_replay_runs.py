@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from cdcsync.snapshot.bootstrap import runs
+from cdcsync.snapshot.replay import runs
 
 
 def _lists(sizes: list[int]) -> list[list[int]]:

@@ -1,0 +1,262 @@
+"""The replay engine a bootstrap and a reindex share: a stretch of the topics applied through a follower.
+
+``capture`` takes the end offsets to stop at; ``replay`` reads each
+partition's records from a start offset up to them (``read_window``, a plain
+consumer that never commits nor joins a group) and hands them to the
+follower's own batch path (parse, dead letters, last per key, versioned
+writes) in calls of ``BATCH_ROWS`` or, for a sink that writes in chunks,
+``REPLAY_CALL_RECORDS`` records; a long stretch into an order-free sink may
+go to several processes (``snapshot.parallel``). ``publish`` then shows the
+staged store, retried on a retryable failure. ``Summary`` counts what was
+done; ``progress_bar`` shows it as it goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from cdcsync.config import Config
+from cdcsync.errors import FatalError, RetryableError
+from cdcsync.sync.follower import BatchCounts, Follower, Record
+from cdcsync.sync.sink import Sink
+
+BATCH_ROWS = 5000  # records per follower.process call of a bootstrap (the sink writes them in its own chunks)
+# Records per follower.process call of a replay into a sink that writes in chunks (Elasticsearch, Redis): the call
+# ends only once its last chunks are written, so each call leaves the sink idle while the next records are read and
+# parsed. Memory is the chunks in flight and one read_window list, whatever this is (docs/performance.md,
+# "Bootstrap from the topics").
+REPLAY_CALL_RECORDS = 50_000
+Offsets = dict[TopicPartition, int]
+Progress = Callable[[int, int, float], None]
+
+
+@dataclass
+class Summary:
+    follower: str
+    records: int = 0
+    applied: int = 0
+    older: int = 0
+    tombstones: int = 0
+    dead_lettered: int = 0
+    seconds: float = 0.0
+    offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    batches: int = 0  # batch ids given to Follower.process so far
+
+    def add(self, counts: BatchCounts) -> None:
+        self.records += counts.consumed
+        self.applied += counts.applied
+        self.older += counts.older
+        self.tombstones += counts.tombstones
+        self.dead_lettered += counts.dead_lettered
+        self.batches += 1
+
+
+def consumer(config: Config, purpose: str) -> Consumer:
+    """A plain consumer that only reads assigned partitions: it never commits, nor joins the follower's group."""
+    return Consumer(
+        {
+            **config.kafka.client_config(),
+            "group.id": f"cdcsync-{purpose}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+
+
+def end_offsets(consumer: Consumer, topics: list[str]) -> dict[TopicPartition, tuple[int, int]]:
+    """(low, high) watermarks of every partition of every topic, captured now."""
+    metadata = consumer.list_topics(timeout=30).topics
+    marks = {}
+    for topic in topics:
+        if topic not in metadata:
+            raise FatalError(f"topic {topic} does not exist; apply the connectors first (cdcsync connectors apply)")
+        for partition in metadata[topic].partitions:
+            tp = TopicPartition(topic, partition)
+            marks[tp] = consumer.get_watermark_offsets(tp, timeout=30)
+    return marks
+
+
+def capture(config: Config, topics: list[str]) -> dict[TopicPartition, tuple[int, int]]:
+    """``end_offsets`` with a consumer of its own."""
+    probe = consumer(config, "offsets")
+    try:
+        return end_offsets(probe, topics)
+    finally:
+        probe.close()
+
+
+def offsets_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    """``{topic: {partition: offset}}``, the shape of the start file and of Spark's ``startingOffsets``."""
+    out: dict[str, dict[str, int]] = {}
+    for tp, offset in sorted(offsets.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = offset
+    return out
+
+
+def read_window(
+    reader: Consumer,
+    starts: Offsets,
+    ends: Offsets,
+    batch_rows: int | None = None,
+    timeout_s: float | None = None,
+) -> Iterator[list[Record]]:
+    """Every record of each partition in ``ends`` from ``starts`` (default 0) up to, not including, its end.
+
+    Yields them in lists of about ``batch_rows`` (default ``BATCH_ROWS``), in
+    offset order per partition; a record at or past its partition's end
+    belongs to the stream and is left out. Compaction can leave no record just
+    before an end, so a partition is done when the consumer's position reaches
+    the end, not when a record at ``end - 1`` arrives. Nothing is committed to
+    Kafka: the caller owns the position. ``timeout_s``: give up with
+    ``FatalError`` naming the partitions still pending.
+    """
+    size = batch_rows or BATCH_ROWS
+    pending = {tp: end for tp, end in ends.items() if end > starts.get(tp, 0)}
+    if not pending:
+        return
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    reader.assign([TopicPartition(tp.topic, tp.partition, starts.get(tp, 0)) for tp in pending])
+    # The offsets still to read: consume() returns once it has that many, not after its whole timeout (a
+    # window of a few records cost a second). Compaction gaps make it an upper bound; then the timeout ends it.
+    left = {tp: end - starts.get(tp, 0) for tp, end in pending.items()}
+    batch: list[Record] = []
+    try:
+        while pending:
+            for msg in reader.consume(max(1, min(1000, sum(left.values()))), timeout=1):
+                tp = TopicPartition(msg.topic(), msg.partition())
+                if msg.error() or tp not in pending or msg.offset() >= pending[tp]:
+                    continue
+                left[tp] = pending[tp] - msg.offset() - 1
+                batch.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+            for position in reader.position([TopicPartition(tp.topic, tp.partition) for tp in pending]):
+                tp = TopicPartition(position.topic, position.partition)
+                if position.offset >= pending[tp]:
+                    del pending[tp]
+                    left.pop(tp, None)
+                    reader.incremental_unassign([tp])
+            if len(batch) >= size or (batch and not pending):
+                yield batch
+                batch = []
+            if deadline is not None and pending and time.monotonic() > deadline:
+                raise FatalError(
+                    f"reading the change log window timed out after {timeout_s:.0f}s; "
+                    f"still pending: {sorted(f'{tp.topic}[{tp.partition}]' for tp in pending)}"
+                )
+    finally:
+        # A caller that stops half-way may close the consumer before it lets go of this generator.
+        with contextlib.suppress(RuntimeError):  # confluent_kafka: "Consumer closed"
+            reader.unassign()
+
+
+def replay(
+    config: Config,
+    follower: Follower,
+    starts: Offsets,
+    ends: Offsets,
+    summary: Summary,
+    progress: Progress | None = None,
+) -> None:
+    """Apply every record of each partition in ``ends`` from ``starts`` up to its end (``read_window``).
+
+    A long stretch into Elasticsearch or Redis goes to several processes
+    (``snapshot.parallel``). Otherwise records go through ``follower.process``: REPLAY_CALL_RECORDS per call
+    into a sink that writes in chunks, whose writes then overlap with reading
+    and parsing the next ones; BATCH_ROWS per call into one that writes a
+    call whole (Delta: one MERGE, held in memory). ``summary`` accumulates
+    the counts. ``progress`` gets (records done, records in range, seconds)
+    after each list of records read.
+    """
+    started, done = time.monotonic(), 0
+    total = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
+    per_call = REPLAY_CALL_RECORDS if follower.sink.chunk_rows else BATCH_ROWS
+
+    def handed(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress:
+            progress(done, total, time.monotonic() - started)
+
+    from cdcsync.snapshot import parallel  # it reads the log with this module's functions
+
+    if parallel.shared(follower, starts, ends):
+        parallel.replay_shared(config, follower, starts, ends, summary, handed)
+        return
+    for counts in replay_here(config, follower, starts, ends, per_call, handed, first_batch=summary.batches):
+        summary.add(counts)
+
+
+def replay_here(
+    config: Config,
+    follower: Follower,
+    starts: Offsets,
+    ends: Offsets,
+    per_call: int,
+    handed: Callable[[int], None],
+    first_batch: int = 0,
+) -> Iterator[BatchCounts]:
+    """The stretch's records through ``follower.process`` in this process, ``per_call`` a call: each call's counts."""
+    reader = consumer(config, f"replay-{follower.name}")
+    try:
+        for batch, records in enumerate(runs(read_window(reader, starts, ends), per_call, handed), first_batch):
+            yield follower.process(batch, records)
+    finally:
+        reader.close()
+
+
+def runs(lists: Iterable[list[Record]], size: int, handed: Callable[[int], None]) -> Iterator[Iterator[Record]]:
+    """The records of ``lists`` as consecutive runs of whole lists, each ``size`` records or just past it.
+
+    Each run is read lazily from ``lists`` as it is consumed, and must be
+    consumed to its end before the next is taken (``follower.process`` does).
+    ``handed(n)`` is called once each list's ``n`` records have been taken.
+    """
+    source = iter(lists)
+    pending = next(source, None)
+
+    def run() -> Iterator[Record]:
+        nonlocal pending
+        taken = 0
+        while pending is not None and taken < size:
+            current, pending = pending, None
+            yield from current
+            taken += len(current)
+            handed(len(current))
+            pending = next(source, None)
+
+    while pending is not None:
+        yield run()
+
+
+def publish(sink: Sink, attempts: int = 6) -> None:
+    """``sink.publish()``, retried on a retryable failure (a Delta commit conflict with a running follower)."""
+    delay = 1.0
+    for attempt in range(1, attempts + 1):
+        try:
+            sink.publish()
+            return
+        except RetryableError as err:
+            if attempt == attempts:
+                raise
+            delay = min(max(delay * 2, err.retry_after), 30)
+            time.sleep(delay)
+
+
+def progress_bar(done: int, total: int, elapsed: float, label: str = "bootstrap") -> None:
+    """One line on stderr: rows, rows/s and ETA (redrawn in place on a terminal)."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    eta = (total - done) / rate if rate > 0 else 0.0
+    pct = 100.0 * done / total if total else 100.0
+    line = f"{label}: {done:,}/{total:,} records ({pct:5.1f}%)  {rate:,.0f}/s  ETA {eta:,.0f}s"
+    end = "\r" if sys.stderr.isatty() and done < total else "\n"
+    print(line, end=end, file=sys.stderr, flush=True)
+
+
+def as_json(summary: Summary) -> dict[str, Any]:
+    return {**summary.__dict__}
