@@ -30,7 +30,7 @@ Layout: ``major << 16 | minor``.
     puts it above the snapshot rows even when it began before P (a transaction
     spanning the snapshot); both are below its own commit, hence below the
     next transaction's ``lastCommitLsn``. P is read from the snapshot rows
-    before it in its partition (``snapshot_lsn``, ``cdcsync.snapshot.positions``).
+    before it in its partition (``snapshot_lsn``, ``cdcsync.resolvers``).
   - MariaDB/MySQL: the GTID sequence number (``source.gtid`` is
     ``domain-server-seq``). It survives a failover, unlike ``file``/``pos``.
     One GTID domain per source is assumed; another domain is a poison record.
@@ -42,7 +42,7 @@ Layout: ``major << 16 | minor``.
     first transaction after it has the same major and a minor of at least 1.
   - MariaDB/MySQL: an initial or blocking snapshot row carries the binlog
     ``file``/``pos`` it was read at but no GTID; ``binlog_seq`` (from
-    ``cdcsync.snapshot.positions``) turns the position into the sequence *s*
+    ``cdcsync.resolvers``) turns the position into the sequence *s*
     of the last transaction before it, and the row gets ``s << 16 | 0xFFFF``,
     exactly what ``bootstrap --from source`` gives a row read there. Without
     ``binlog_seq`` such a row gets 0 (right only for a store that holds

@@ -4,7 +4,7 @@
   read at and no GTID. ``BinlogPositions`` maps the position to the domain-0
   GTID sequence before it (``BINLOG_GTID_POS``), so a row of a connector's
   snapshot and a row of ``bootstrap --from source`` read at the same position
-  get the same version (``snapshot.positions``).
+  get the same version (``snapshot.reads``).
 - **A new Postgres connector's first streamed transaction** carries no
   ``lastCommitLsn``; its snapshot rows rank at the snapshot's LSN P.
   ``SnapshotLsns`` finds P for those events: the snapshot rows before each of

@@ -15,7 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cdcsync.config import SourceConfig, TableRef
-from cdcsync.snapshot.positions import PostgresRead, SourceRead
+from cdcsync.snapshot.reads import PostgresRead, SourceRead
 from cdcsync.sync.mapping import TableMapping
 
 if TYPE_CHECKING:

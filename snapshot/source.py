@@ -6,7 +6,7 @@ in this order (docs/bootstrap.md gives the reasoning):
 
 1. capture the end offsets E1 of the source's followed topics. Everything
    before E1 was emitted before the read began, so the read reflects it;
-2. open the read (``snapshot.positions``): an exported Postgres snapshot, or
+2. open the read (``snapshot.reads``): an exported Postgres snapshot, or
    per-chunk MariaDB consistent snapshots that report their binlog position;
 3. Postgres: wait until the connector has passed the snapshot, capture E2,
    and read the log window [E1, E2): each change is reflected or not by its
@@ -42,7 +42,7 @@ from cdcsync.errors import FatalError
 from cdcsync.events import PoisonRecord, parse_record
 from cdcsync.snapshot import jdbc, parallel, table_copy
 from cdcsync.snapshot.bootstrap import record_start
-from cdcsync.snapshot.positions import PostgresRead, SourceRead, open_read, wait_passed
+from cdcsync.snapshot.reads import PostgresRead, SourceRead, open_read, wait_passed
 from cdcsync.snapshot.replay import BATCH_ROWS, Summary, end_offsets, publish, read_window
 from cdcsync.snapshot.replay import consumer as kafka_consumer
 from cdcsync.snapshot.table_copy import Plan, ReadAhead, versions_of

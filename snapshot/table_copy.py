@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cdcsync.config import TableRef
 from cdcsync.events import Change, PoisonRecord
 from cdcsync.snapshot import jdbc, parallel
-from cdcsync.snapshot.positions import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
+from cdcsync.snapshot.reads import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
 from cdcsync.snapshot.replay import BATCH_ROWS
 from cdcsync.sync.follower import BatchCounts, Follower, Record, snapshot_record
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id

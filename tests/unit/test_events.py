@@ -23,7 +23,7 @@ import pytest
 
 from cdcsync import resolvers
 from cdcsync.events import Change, PoisonRecord, parse_record, version_of
-from cdcsync.snapshot import positions
+from cdcsync.snapshot import reads
 from cdcsync.sync.follower import last_per_key
 from cdcsync.sync.mapping import TableMapping, map_row
 
@@ -182,7 +182,7 @@ def test_mariadb_snapshot_rows_and_bootstrap_rows_read_at_one_position_get_one_v
     value = json.loads(rec["value"])
     value["source"]["name"] = "ma"
     envelope_version = version_of(value, resolvers.BinlogPositions([src]))
-    bootstrap_version = positions.MariaDBRead(src).version(value["source"]["file"], value["source"]["pos"])
+    bootstrap_version = reads.MariaDBRead(src).version(value["source"]["file"], value["source"]["pos"])
     assert envelope_version == bootstrap_version == (442 << 16) | 0xFFFF
 
 

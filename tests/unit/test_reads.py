@@ -7,7 +7,7 @@ import pytest
 from cdcsync.config import SourceConfig
 from cdcsync.errors import FatalError
 from cdcsync.resolvers import domain0_seq
-from cdcsync.snapshot.positions import MariaDBRead, PostgresRead
+from cdcsync.snapshot.reads import MariaDBRead, PostgresRead
 
 PG = SourceConfig(name="pg", kind="postgres", port=5432, database="d", user="u", password="x", tables=["public.t"])
 MARIA = SourceConfig(name="ma", kind="mariadb", port=3306, database="d", user="u", password="x", tables=["d.t"])
