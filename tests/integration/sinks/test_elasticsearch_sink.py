@@ -269,16 +269,19 @@ def test_a_row_that_conflicts_with_the_mapping_is_rejected_and_the_rest_applied(
     rows = [
         upsert("items", 1, 10, n=5),
         upsert("items", 2, 10, n="not a number"),
-        upsert("items", 3, 10, at="yesterday"),
+        upsert("items", 3, 10, id="three"),
         upsert("items", 4, 10, n=6),
+        # A date field keeps what it cannot index (ignore_malformed): a year past 9999 is a legal Postgres value.
+        upsert("items", 5, 10, at="+10000-01-01T00:00:00+00:00"),
     ]
     result = sink.write(1, rows)
-    assert (result.applied, result.older) == (2, 0)
+    assert (result.applied, result.older) == (3, 0)
     assert [row.doc_id for row, _ in result.rejected] == ["2", "3"]
     for _row, reason in result.rejected:
         assert reason.startswith("document_parsing_exception") or reason.startswith("mapper_parsing_exception")
-    assert "[n]" in result.rejected[0][1] and "[at]" in result.rejected[1][1]
-    assert set(sink.held("items")) == {"1", "4"}
+    assert "[n]" in result.rejected[0][1] and "[id]" in result.rejected[1][1]
+    assert set(sink.held("items")) == {"1", "4", "5"}
+    assert sink.held("items")["5"][1]["at"] == "+10000-01-01T00:00:00+00:00"
     sink.close()
 
 
