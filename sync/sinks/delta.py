@@ -96,6 +96,7 @@ from cdcsync.sync.sinks.delta_values import (
     stored,
 )
 from cdcsync.sync.sinks.delta_writers import each_table, one_writer, tables_at_once
+from cdcsync.sync.sinks.generations import Generations
 
 if TYPE_CHECKING:
     from cdcsync.sync.mapping import TableMapping
@@ -190,7 +191,7 @@ class DeltaSink:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
         self._spark = spark
         self._tables: dict[str, _Table] = {}
-        self._staged: set[str] = set()  # targets whose _tables entry is the staging table, until publish
+        self._staged = Generations()  # target -> its staging table's path (its _tables entry), until publish
         self.tables_at_once = tables_at_once()  # a batch's tables MERGEd at once (delta_writers)
         self._checkpoints = checkpoints.Checkpoints(spark)  # log checkpoints beside the batches (delta_checkpoints)
 
@@ -200,7 +201,7 @@ class DeltaSink:
         """Create each target's table (and history table) if missing; add columns the mapping gained."""
         for target, columns in self._wanted(mappings).items():
             self._tables[target] = self._open_table(f"{self.path}/{target}", columns)
-            self._staged.discard(target)
+            self._staged.published(target)
 
     def learn(self, mapping: TableMapping) -> None:
         """Note the types of columns the table gained; the writer adds them with the first rows that carry them.
@@ -241,7 +242,7 @@ class DeltaSink:
             path = f"{self.path}/{target}{STAGING}"
             self._remove(path)
             self._tables[target] = self._open_table(path, columns, history=f"{self.path}/{target}__history")
-            self._staged.add(target)
+            self._staged.stage(target, path)
 
     def publish(self) -> None:
         """Replace each staged target's live table in one commit, then remove its staging table.
@@ -249,7 +250,7 @@ class DeltaSink:
         ``tables_at_once`` targets at a time, as a batch's MERGEs: a bootstrap of many small tables
         is mostly each overwrite's fixed cost.
         """
-        each_table([partial(self._publish_one, target) for target in sorted(self._staged)], self.tables_at_once)
+        each_table([partial(self._publish_one, target) for target in self._staged], self.tables_at_once)
 
     def _publish_one(self, target: str) -> None:
         staged, live = self._tables[target], f"{self.path}/{target}"
@@ -257,7 +258,7 @@ class DeltaSink:
             rows = self._spark.read.format("delta").load(staged.path)
             rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
         self._tables[target] = _Table(live, staged.kinds, staged.history)
-        self._staged.discard(target)
+        self._staged.published(target)
         self._remove(staged.path)
 
     def _remove(self, path: str) -> None:

@@ -101,6 +101,7 @@ from cdcsync.sync.sinks.elasticsearch_errors import (
     reason,
     refused_fields,
 )
+from cdcsync.sync.sinks.generations import Generations
 
 log = logging.getLogger(__name__)
 
@@ -233,14 +234,14 @@ class ElasticsearchSink:
             retry_on_timeout=True,
             **{k: v for k, v in auth.items() if v is not None},
         )
-        self._staged: dict[str, str] = {}  # target -> staged physical index, until publish
+        self._staged = Generations()  # target -> its staged physical index, until publish
 
     def alias(self, target: str) -> str:
         return f"{self.index_prefix}{target}"
 
     def physical(self, target: str) -> str:
         """Where this instance writes and reads ``target``: the staged index, else the alias."""
-        return self._staged.get(target, self.alias(target))
+        return self._staged.where(target, self.alias(target))
 
     # ------------------------------------------------------------------ open
 
@@ -406,7 +407,7 @@ class ElasticsearchSink:
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """Create the next generation of each target's index, without the alias (module docstring)."""
         for target, props in self._targets(mappings).items():
-            self._staged[target] = self._call(f"stage {self.alias(target)}", self._stage_one, target, props)
+            self._staged.stage(target, self._call(f"stage {self.alias(target)}", self._stage_one, target, props))
 
     def _stage_one(self, target: str, props: dict[str, Any]) -> str:
         alias = self.alias(target)
@@ -421,10 +422,10 @@ class ElasticsearchSink:
 
     def generation(self) -> dict[str, Any]:
         """The staged index of each target being filled (none: the aliases), for ``write_into`` elsewhere."""
-        return {"staged": dict(self._staged)}
+        return {"staged": self._staged.plain()}
 
     def write_into(self, generation: dict[str, Any]) -> None:
-        self._staged = dict(generation["staged"])
+        self._staged = Generations.of(generation["staged"])
 
     def _generations(self, alias: str) -> dict[str, int]:
         """Every physical index of the alias's layout, ``<alias>-NNNNNN`` -> N (other targets' never match)."""
@@ -443,7 +444,7 @@ class ElasticsearchSink:
         One ``_aliases`` request for all targets: readers see every target switch at once, and a
         bootstrap of many tables waits out ``DROP_GRACE_S`` once, not once per table.
         """
-        staged = dict(self._staged)
+        staged = dict(self._staged.items())
         if not staged:
             return
         for physical in staged.values():

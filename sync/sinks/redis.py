@@ -127,6 +127,7 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Row, WriteResult, redact_url
 from cdcsync.sync.sinks import secret
+from cdcsync.sync.sinks.generations import Generations
 from cdcsync.sync.sinks.redis_errors import classify, mapped
 from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
 
@@ -190,8 +191,7 @@ class RedisSink:
         self.name = name
         self.url = redact_url(url)
         self.prefix = prefix
-        self._space = prefix  # where write() and held() go: the prefix, or the staged generation's
-        self._staged: list[str] = []  # targets staged, until publish
+        self._staged = Generations()  # target -> its staged key space (``<prefix>~<time>``), until publish
         # ACL user, password and CA as options, not in the URL; unset ones are not passed (a plain redis://
         # connection takes no ssl_* option).
         auth = {"username": username, "password": password, "ssl_ca_certs": ssl_ca_certs}
@@ -222,7 +222,7 @@ class RedisSink:
     def forget(self, target: str, fields: Sequence[str]) -> None:
         """Remove ``fields`` from every row hash of ``target`` (DROP COLUMN); ``_v`` stays, so versions still order."""
         self._check_target(target)
-        head = f"{self._space}:{target}:"
+        head = f"{self._space_of(target)}:{target}:"
         keys = 0
         try:
             batch: list[str] = []
@@ -234,7 +234,7 @@ class RedisSink:
             keys += self._hdel(batch, fields)
         except RedisError as err:
             raise self._mapped(err, "forget") from None
-        log.info("prefix=%s target=%s dropped_fields=%s rows=%d", self._space, target, list(fields), keys)
+        log.info("prefix=%s target=%s dropped_fields=%s rows=%d", self._space_of(target), target, list(fields), keys)
 
     def _hdel(self, keys: list[str], fields: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
@@ -245,18 +245,22 @@ class RedisSink:
                 raise reply
         return len(keys)
 
+    def _space_of(self, target: str) -> str:
+        """Where write() and held() go for ``target``: the prefix, or its staged generation's key space."""
+        return self._staged.where(target, self.prefix)
+
     def row_key(self, target: str, doc_id: str, space: str | None = None) -> str:
-        return f"{space or self._space}:{target}:{doc_id}"
+        return f"{space or self._space_of(target)}:{target}:{doc_id}"
 
     def marker_key(self, target: str, space: str | None = None) -> str:
-        return f"{space or self._space}:_deleted:{target}"
+        return f"{space or self._space_of(target)}:_deleted:{target}"
 
     def journal_key(self, target: str, space: str | None = None) -> str:
         """The set of ids the running follower wrote since a reindex of ``target`` staged (module docstring).
 
         Only the live space's journal is ever created; a staged instance's writes name one that never exists.
         """
-        return f"{space or self._space}~written:{target}"
+        return f"{space or self._space_of(target)}~written:{target}"
 
     # ------------------------------------------------------------------ generations
 
@@ -271,21 +275,22 @@ class RedisSink:
                 self._client.sadd(self.journal_key(target, self.prefix), JOURNAL_OPEN)
         except RedisError as err:
             raise self._mapped(err, "dropping an unpublished stage") from None
-        self._space = f"{self.prefix}~{time.time_ns():x}"
-        self._staged = targets
+        space = f"{self.prefix}~{time.time_ns():x}"
+        for target in targets:
+            self._staged.stage(target, space)
 
     def generation(self) -> dict[str, Any]:
         """The key space ``write`` fills (the staged generation's or the prefix) and the staged targets."""
-        return {"space": self._space, "staged": list(self._staged)}
+        return {"staged": self._staged.plain()}
 
     def write_into(self, generation: dict[str, Any]) -> None:
-        self._space, self._staged = generation["space"], list(generation["staged"])
+        self._staged = Generations.of(generation["staged"])
 
     def publish(self) -> None:
         """Make the live keys the staged generation plus the follower's writes since the stage (module docstring)."""
-        staged, live = self._space, self.prefix
+        live = self.prefix
         try:
-            for target in self._staged:
+            for target, staged in self._staged.items():
                 # Pass 1: live rows and markers the rebuilt generation does not know and the follower did not write.
                 self._publish_scan(PURGE_SHA, target, live, staged)
                 markers = self.marker_key(target, live)
@@ -300,11 +305,11 @@ class RedisSink:
                 self._client.unlink(self.journal_key(target, live))
         except RedisError as err:  # a killed or failed publish is finished by the next reindex (docs/reindex.md)
             raise self._mapped(err, "publish") from None
-        self._space, self._staged = live, []
+        self._staged.clear()
 
     def _shared_key(self, sha: str, target: str) -> str:
         """KEYS[1] of a publish call: the staged marker hash for the purge, the live one for the promote."""
-        return self.marker_key(target, self._space if sha == PURGE_SHA else self.prefix)
+        return self.marker_key(target, self._space_of(target) if sha == PURGE_SHA else self.prefix)
 
     def _publish_scan(self, sha: str, target: str, scanned: str, other: str) -> None:
         """Run the purge or promote script over ``target``'s row keys in space ``scanned``, found by the server.
@@ -326,7 +331,7 @@ class RedisSink:
     def _publish_calls(self, sha: str, target: str, kind: str, found: list[tuple[str, str]]) -> None:
         """Run the purge or promote script on (key, id) pairs, ROWS_PER_CALL a call (KEYS: the scripts' comments)."""
         shared = [self._shared_key(sha, target), self.journal_key(target, self.prefix)]
-        space = self._space if sha == PURGE_SHA else self.prefix  # the other generation's row keys
+        space = self._space_of(target) if sha == PURGE_SHA else self.prefix  # the other generation's row keys
         calls = []
         for start in range(0, len(found), ROWS_PER_CALL):
             part = found[start : start + ROWS_PER_CALL]
@@ -459,7 +464,7 @@ class RedisSink:
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         """Every row hash of the target: ``{doc_id: (version, fields without _v)}``."""
         self._check_target(target)
-        head = f"{self._space}:{target}:"
+        head = f"{self._space_of(target)}:{target}:"
         held: dict[str, tuple[int, dict[str, Any]]] = {}
         try:
             keys = list(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT))
