@@ -96,7 +96,7 @@ def replay_shared(
         for future in as_completed([processes.submit(_apply, piece) for piece in pieces]):
             piece, counts, mapping = processes.result(future)
             summary.add(counts)
-            handed(counts.consumed)
+            handed(counts.records)
             topic, start = piece[0], piece[2]
             if mapping != follower.mappings[topic] and start >= learned.get(topic, (-1, mapping))[0]:
                 learned[topic] = (start, mapping)

@@ -50,7 +50,7 @@ class Summary:
     batches: int = 0  # batch ids given to Follower.process so far
 
     def add(self, counts: BatchCounts) -> None:
-        self.records += counts.consumed
+        self.records += counts.records
         self.applied += counts.applied
         self.older += counts.older
         self.tombstones += counts.tombstones

@@ -15,7 +15,7 @@ Per batch, in this order (the order is what makes a crash safe):
    checkpoint. A crash anywhere before replays the batch.
 
 The batch's counts always add up, and are logged as one line:
-``consumed = applied + older + tombstones + dead_lettered``, where ``older``
+``records = applied + older + tombstones + dead_lettered``, where ``older``
 counts changes the sink already held at the same or a newer version plus those
 superseded by a newer change of the same key in the batch.
 """
@@ -139,13 +139,13 @@ Chunk = tuple[list[Row], Callable[[Change], Record]]
 
 @dataclass
 class BatchCounts:
-    """What one batch did. It adds up: ``consumed = applied + older + tombstones + dead_lettered``.
+    """What one batch did. It adds up: ``records = applied + older + tombstones + dead_lettered``.
 
     The rest feeds the metrics. A batch applied on several executors is the
     ``merge`` of their counts, carried back to the driver as JSON.
     """
 
-    consumed: int = 0
+    records: int = 0
     applied: int = 0
     older: int = 0
     tombstones: int = 0
@@ -157,7 +157,7 @@ class BatchCounts:
     retries: int = 0  # writes retried after a retryable sink error (made on an executor, counted on the driver)
 
     def adds_up(self) -> bool:
-        return self.consumed == self.applied + self.older + self.tombstones + self.dead_lettered
+        return self.records == self.applied + self.older + self.tombstones + self.dead_lettered
 
     def count_written(self, rows: Sequence[Row], result: WriteResult) -> None:
         self.applied += result.applied
@@ -177,7 +177,7 @@ class BatchCounts:
 
     def merge(self, other: BatchCounts) -> BatchCounts:
         merged = BatchCounts(
-            consumed=self.consumed + other.consumed,
+            records=self.records + other.records,
             applied=self.applied + other.applied,
             older=self.older + other.older,
             tombstones=self.tombstones + other.tombstones,
@@ -255,7 +255,7 @@ class Follower:
         mapped: list[Record] = []  # the records behind ``rows``, for the dead letters of rejected rows
         size = self.sink.chunk_rows
         for record in records:
-            counts.consumed += 1
+            counts.records += 1
             try:
                 change = parse_record(
                     record.topic,
@@ -341,7 +341,7 @@ class Follower:
         letters like poison records, with ``-1`` as partition and offset.
         """
         started = time.monotonic()
-        counts = BatchCounts(consumed=len(rows) + len(failed))
+        counts = BatchCounts(records=len(rows) + len(failed))
         for record, reason in failed:
             counts.dead_lettered += 1
             self.dead_letters.send(record, "snapshot", reason)
@@ -408,11 +408,11 @@ class Follower:
         self.check(batch_id, counts)
         metrics.record_batch(self.name, counts, elapsed_s)
         log.info(
-            "follower=%s batch=%d consumed=%d applied=%d older=%d tombstones=%d dead_lettered=%d ms=%.0f"
+            "follower=%s batch=%d records=%d applied=%d older=%d tombstones=%d dead_lettered=%d ms=%.0f"
             " waited_for_sink_ms=%.0f",
             self.name,
             batch_id,
-            counts.consumed,
+            counts.records,
             counts.applied,
             counts.older,
             counts.tombstones,

@@ -122,7 +122,7 @@ def test_bootstrap_from_source_under_writes_converges(
         def counted(source_name: str, plan: Any, reads: Any, processes: Any, next_batch: Any, add: Any) -> None:
             rows: list[int] = []
             copy_in_processes(
-                source_name, plan, reads, processes, next_batch, lambda c: (rows.append(c.consumed), add(c))
+                source_name, plan, reads, processes, next_batch, lambda c: (rows.append(c.records), add(c))
             )
             copied.append((processes.name, sum(rows)))
 

@@ -29,7 +29,7 @@ def test_records_of_one_topic_and_of_several_come_back_exact_and_in_order() -> N
 
 
 def test_batch_counts_survive_the_trip_back_to_the_driver() -> None:
-    counts = BatchCounts(consumed=5, applied=3, older=1, tombstones=1, applied_by_op={"u": 2, "d": 1},
+    counts = BatchCounts(records=5, applied=3, older=1, tombstones=1, applied_by_op={"u": 2, "d": 1},
                          newest_commit_ms={"public.t": 1_700_000_000_123}, lags_s=[0.25, 1.5, 0.0], waited_s=0.5,
                          retries=2)  # fmt: skip
     assert BatchCounts.from_json(counts.to_json()) == counts

@@ -171,7 +171,7 @@ def test_a_record_keyed_by_other_columns_is_dead_lettered_and_the_batch_goes_on(
     m = TableMapping("public.t", "t", key_columns=("id",), types={"id": "int", "v": "int"})
     follower = Follower("search", sink, {live[0]["topic"]: m}, letters, report=False)  # type: ignore[arg-type]
     counts = follower.process(0, records)
-    assert (counts.consumed, counts.applied, counts.dead_lettered) == (3, 2, 1) and counts.adds_up()
+    assert (counts.records, counts.applied, counts.dead_lettered) == (3, 2, 1) and counts.adds_up()
     assert len(sink.rows) == 2
     ((record, stage, reason),) = letters.sent
     assert record.offset == live[1]["offset"] and stage == "parse"

@@ -58,7 +58,7 @@ def converges(sink: Sink, dlq: str) -> None:
     records, newest = batch()
     counts = follower.process(0, records)
     assert counts.adds_up(), counts
-    assert counts.consumed == len(records) and counts.dead_lettered == 0
+    assert counts.records == len(records) and counts.dead_lettered == 0
     held = sink.held(MAPPING.target)
     assert {i: doc["name"] for i, (_v, doc) in held.items()} == newest
 

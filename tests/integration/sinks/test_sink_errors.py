@@ -95,7 +95,7 @@ def follower(sink: Sink, topic: str) -> Follower:
 def assert_dead_letters_add_up(counts: BatchCounts, topic: str, rows: int) -> None:
     """The batch after the fault: every row applied, the poison record alone dead-lettered, counts adding up."""
     assert counts.adds_up(), counts
-    assert (counts.consumed, counts.applied, counts.dead_lettered) == (rows + 1, rows, 1)
+    assert (counts.records, counts.applied, counts.dead_lettered) == (rows + 1, rows, 1)
     assert end_offset(topic) == 1  # the failed batch sent nothing to the dead letters
 
 
