@@ -125,19 +125,6 @@ def test_every_type_round_trips_to_its_stored_form(spark: Any, tmp_path: Path) -
     assert again.held("items") == held
 
 
-def test_older_version_is_older_and_same_version_is_a_no_op(spark: Any, tmp_path: Path) -> None:
-    sink = make_sink(spark, tmp_path)
-    assert sink.write(1, [upsert("a", 10, {"n": 2, "name": "new"})]).applied == 1
-
-    older = sink.write(2, [upsert("a", 5, {"n": 1, "name": "old"})])
-    assert (older.applied, older.older, older.rejected) == (0, 1, [])
-    assert sink.held("items") == {"a": (10, {"n": 2, "name": "new"})}
-
-    same = sink.write(3, [upsert("a", 10, {"n": 3, "name": "same version, other data"})])
-    assert (same.applied, same.older) == (0, 1)
-    assert sink.held("items") == {"a": (10, {"n": 2, "name": "new"})}
-
-
 def test_replaying_a_batch_changes_nothing(spark: Any, tmp_path: Path) -> None:
     sink = make_sink(spark, tmp_path)
     batch = [upsert("a", 1, {"n": 1}), upsert("b", 2, {"n": 2}), delete("c", 3)]

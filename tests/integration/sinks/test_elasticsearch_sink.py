@@ -5,7 +5,6 @@ Each test gets its own index prefix and deletes its indexes afterwards.
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 from elasticsearch import ConflictError, Elasticsearch
 
-from cdcsync.errors import FatalError, RetryableError
+from cdcsync.errors import FatalError
 from cdcsync.events import Change
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Row
@@ -198,27 +197,6 @@ def test_a_publish_of_several_targets_moves_every_alias_and_drops_every_old_inde
     reindex.close()
 
 
-def test_older_version_after_a_newer_one_is_older(prefix: str) -> None:
-    sink = make_sink(prefix, "items")
-    assert sink.write(1, [upsert("items", 1, 20, name="new")]).applied == 1
-    result = sink.write(2, [upsert("items", 1, 10, name="old")])
-    assert (result.applied, result.older) == (0, 1)
-    assert sink.held("items") == {"1": (20, {"id": 1, "name": "new"})}
-    sink.close()
-
-
-def test_same_version_again_is_a_no_op(prefix: str) -> None:
-    sink = make_sink(prefix, "items")
-    batch = [upsert("items", i, 7, name=f"v7-{i}") for i in range(5)]
-    assert sink.write(1, batch).applied == 5
-    again = sink.write(1, batch)  # the same batch redelivered after a crash
-    assert (again.applied, again.older) == (0, 5)
-    other = sink.write(2, [upsert("items", 0, 7, name="same version, other content")])
-    assert other.older == 1
-    assert sink.held("items")["0"] == (7, {"id": 0, "name": "v7-0"})
-    sink.close()
-
-
 def test_delete_hides_the_row_and_a_replayed_older_write_does_not_resurrect_it_past_gc_deletes(
     es: Elasticsearch, prefix: str
 ) -> None:
@@ -255,15 +233,6 @@ def test_a_newer_upsert_after_a_delete_brings_the_row_back(es: Elasticsearch, pr
     sink.close()
 
 
-def test_a_delete_of_a_row_never_seen_still_beats_its_older_snapshot(prefix: str) -> None:
-    sink = make_sink(prefix, "items")
-    assert sink.write(1, [delete("items", 9, 50)]).applied == 1
-    assert sink.write(2, [upsert("items", 9, 0, name="snapshot row")]).older == 1
-    assert sink.write(3, [upsert("items", 8, 0, name="snapshot row")]).applied == 1  # version 0 is valid
-    assert set(sink.held("items")) == {"8"}
-    sink.close()
-
-
 def test_a_row_that_conflicts_with_the_mapping_is_rejected_and_the_rest_applied(prefix: str) -> None:
     sink = make_sink(prefix, "items")
     rows = [
@@ -285,47 +254,12 @@ def test_a_row_that_conflicts_with_the_mapping_is_rejected_and_the_rest_applied(
     sink.close()
 
 
-def test_a_few_thousand_rows_round_trip_in_chunks(prefix: str) -> None:
-    sink = make_sink(prefix, "items")
-    first = [upsert("items", i, 100, name=f"row {i}", n=i, price=Decimal(i) / 100) for i in range(3500)]
-    result = sink.write(1, first)
-    assert (result.applied, result.older, result.rejected) == (3500, 0, [])
-    mixed = (
-        first[:1000]  # redelivered: older
-        + [upsert("items", i, 50, name="older") for i in range(1000, 1500)]  # older
-        + [upsert("items", i, 200, name=f"newer {i}") for i in range(1500, 2500)]  # applied
-        + [delete("items", i, 300) for i in range(2500, 3000)]  # applied
-        + [upsert("items", i, 200, n="bad") for i in range(3000, 3010)]  # rejected
-        + [upsert("items", i, 100, name="new row") for i in range(3500, 4000)]  # applied
-    )
-    result = sink.write(2, mixed)
-    assert result.applied + result.older + len(result.rejected) == len(mixed)
-    assert (result.applied, result.older, len(result.rejected)) == (2000, 1500, 10)
-    held = sink.held("items")
-    assert len(held) == 3500 - 500 + 500
-    assert held["1700"] == (200, {"id": 1700, "name": "newer 1700"})
-    assert held["42"] == (100, sink.stored_form(first[42].doc or {}))
-    assert "2600" not in held and held["3005"][0] == 100
-    sink.close()
-
-
 def test_writing_to_a_target_that_was_not_opened_fails_and_creates_no_index(es: Elasticsearch, prefix: str) -> None:
     sink = ElasticsearchSink("es-test", ES_URL, index_prefix=prefix)
     with pytest.raises(FatalError, match="open"):
         sink.write(1, [upsert("nowhere", 1, 10, name="a")])
     assert not es.indices.exists(index=f"{prefix}nowhere")
     assert sink.held("nowhere") == {}
-    sink.close()
-
-
-def test_an_unreachable_server_is_retryable_and_named(prefix: str) -> None:
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    sink = ElasticsearchSink("es-test", f"http://user:secret@127.0.0.1:{port}", index_prefix=prefix)
-    with pytest.raises(RetryableError) as caught:
-        sink.write(1, [upsert("items", 1, 10, name="a")])
-    assert f"127.0.0.1:{port}" in str(caught.value) and "secret" not in str(caught.value)
     sink.close()
 
 
