@@ -99,8 +99,8 @@ from cdcsync.sync.sinks.elasticsearch_errors import (
     classify_item,
     error_type,
     reason,
-    refused_fields,
 )
+from cdcsync.sync.sinks.elasticsearch_fields import DECIMAL_FIELD, JSON_FIELD, properties
 from cdcsync.sync.sinks.generations import Generations
 
 log = logging.getLogger(__name__)
@@ -115,48 +115,6 @@ PAGE = 1000
 DROP_GRACE_S = 3.0  # publish: how long requests that resolved the alias to the old index get to finish
 NAMES_PER_REQUEST = 2000  # characters of index names per delete: the request line stays under ES's 4 KB
 
-# Column type (sync.mapping.TYPES) -> field mapping. Types missing here stay dynamic.
-# A decimal is a double (range queries, sorting, aggregations) with its exact digits in ``<field>.exact``
-# (terms); ``_source`` keeps the exact text. scaled_float would be exact only up to 2^63 scaled units
-# (DECIMAL(38,10) overflows it) and lives in a module the local distribution leaves out
-# (docs/schema-changes.md, "Elasticsearch types"). ignore_malformed: Postgres' 'NaN' keeps its document.
-DECIMAL_FIELD: dict[str, Any] = {
-    "type": "double",
-    "ignore_malformed": True,
-    "fields": {"exact": {"type": "keyword"}},
-}
-JSON_FIELD: dict[str, Any] = {"type": "object", "enabled": False}
-TEXT_FIELD: dict[str, Any] = {
-    "type": "text",
-    "fields": {"keyword": {"type": "keyword", "ignore_above": 256}},
-}  # dynamic's
-FIELD_TYPES: dict[str, dict[str, Any]] = {
-    "decimal": DECIMAL_FIELD,
-    "text": TEXT_FIELD,
-    "pg_text": TEXT_FIELD,  # a tsquery, a pg_lsn, a composite value...: Postgres' text
-    "geometric": TEXT_FIELD,
-    # _source keeps a timestamp's microseconds; the index has millisecond precision. ignore_malformed: a year past
-    # 9999 (Postgres reaches 294276 AD), which Elasticsearch's date cannot parse, keeps its document and its
-    # exact text in _source, left out of the index like a float's NaN (docs/types.md).
-    "date": {"type": "date", "ignore_malformed": True},
-    "timestamp": {"type": "date", "ignore_malformed": True},
-    "time": {"type": "keyword"},  # a time of day has no date to parse
-    "duration": {"type": "keyword"},  # MariaDB's TIME, as it shows it: -01:00:00, 838:59:59.999999
-    "uuid": {"type": "keyword"},
-    "bits": {"type": "keyword"},  # '0101', as Postgres writes a bit string
-    # A json column may hold an object in one row and a string, number, array or null in another: a dynamic
-    # object refused every row whose shape differed from the first (a mapping conflict). Not parsed, any JSON
-    # value is kept exactly in _source; its content is not searchable (docs/types.md).
-    "json": JSON_FIELD,
-    "point": JSON_FIELD,  # Debezium's {x, y, wkb, srid}; x and y need not be longitude and latitude
-    "geometry": JSON_FIELD,
-    "bytes": {"type": "binary"},
-    "bool": {"type": "boolean"},
-    "int": {"type": "long"},
-    # NaN and the infinities have no JSON number: stored as text in _source ("NaN", "Infinity", "-Infinity"),
-    # left out of the index (ignore_malformed), like a decimal's NaN.
-    "float": {"type": "double", "ignore_malformed": True},
-}
 NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 # What _bulk reads of a bulk answer: per item its status and error. The whole answer is ~200 bytes per
 # document (index, id, version, shards, seq_no ...), which Elasticsearch writes and the client parses.
@@ -262,15 +220,7 @@ class ElasticsearchSink:
 
     @staticmethod
     def _properties(mapping: TableMapping) -> dict[str, Any]:
-        columns = mapping.include if mapping.include is not None else (*mapping.types, *sorted(mapping.untyped))
-        problems = refused_fields(mapping.table, {mapping.rename.get(c, c): c for c in columns})
-        if problems:
-            raise FatalError("; ".join(problems))
-        props: dict[str, Any] = {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}}
-        for column, kind in mapping.types.items():
-            if (mapping.include is None or column in mapping.include) and kind in FIELD_TYPES:
-                props[mapping.rename.get(column, column)] = FIELD_TYPES[kind]
-        return props
+        return properties(mapping, {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}})
 
     def _ensure(self, target: str, props: dict[str, Any]) -> None:
         alias, indices = self.alias(target), self._client.indices

@@ -59,33 +59,3 @@ def reason(error: dict[str, Any]) -> str:
     text = f"{error.get('type')}: {error.get('reason')}"
     cause = error.get("caused_by")
     return f"{text} (caused by {cause.get('type')}: {cause.get('reason')})" if isinstance(cause, dict) else text
-
-
-# Field names Elasticsearch refuses in a document (seen on 8.x): its metadata fields, and names whose dot-separated
-# parts are empty or blank. A field "a.b" is the object path a -> b, so a table with columns "a" and "a.b" cannot
-# be one index's document either.
-METADATA_FIELDS = frozenset(
-    {"_id", "_index", "_source", "_routing", "_version", "_seq_no", "_primary_term", "_ignored", "_ignored_source",
-     "_field_names", "_nested_path", "_tier", "_data_stream_timestamp", "_feature"}
-)  # fmt: skip
-
-
-def refused_fields(table: str, fields: dict[str, str]) -> list[str]:
-    """Why Elasticsearch would refuse every document of ``table``: ``fields`` maps each field to its column."""
-    problems = []
-    for name, column in fields.items():
-        why = None
-        if name in METADATA_FIELDS:
-            why = "is one of Elasticsearch's metadata fields"
-        elif any(not part.strip() for part in name.split(".")[: -1 if name.endswith(".") else None]):
-            why = "has an empty or blank part between its dots, which Elasticsearch refuses"
-        else:
-            clash = next((other for other in fields if other.startswith(name + ".")), None)
-            if clash is not None:
-                why = f"is also the object holding field {clash!r} (Elasticsearch reads dots as a path)"
-        if why:
-            problems.append(
-                f"table {table}: column {column!r} as field {name!r} {why}; give it another name for this "
-                f"follower: mappings.'{table}'.rename: {{{column!r}: <name>}}"
-            )
-    return problems

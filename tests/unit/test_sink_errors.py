@@ -230,7 +230,8 @@ def test_elasticsearch_classification_of_plain_answers() -> None:
 
 def test_elasticsearch_stores_nan_and_the_infinities_as_text_it_can_hold() -> None:
     """A JSON number cannot be NaN or infinite; the float field ignores the text, _source keeps it."""
-    from cdcsync.sync.sinks.elasticsearch import FIELD_TYPES, _json_safe
+    from cdcsync.sync.sinks.elasticsearch import _json_safe
+    from cdcsync.sync.sinks.elasticsearch_fields import FIELD_TYPES
 
     assert [_json_safe(v) for v in (float("nan"), float("inf"), float("-inf"), -0.0, 2.5)] == [
         "NaN",
@@ -244,7 +245,7 @@ def test_elasticsearch_stores_nan_and_the_infinities_as_text_it_can_hold() -> No
 
 
 def test_field_names_elasticsearch_refuses_are_named_with_the_column_and_the_rename_to_set() -> None:
-    from cdcsync.sync.sinks.elasticsearch_errors import refused_fields
+    from cdcsync.sync.sinks.elasticsearch_fields import refused_fields
 
     fine = {"a.b": "a.b", "a.": "a.", "Order Id": "Order Id", "_x": "_x", "ünï": "ünï"}
     assert refused_fields("public.t", fine) == []

@@ -1,0 +1,96 @@
+"""The Elasticsearch sink's fields: each column type's field mapping, and the names no document may hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdcsync.errors import FatalError
+from cdcsync.sync.mapping import TableMapping
+
+# Column type (sync.mapping.TYPES) -> field mapping. Types missing here stay dynamic.
+# A decimal is a double (range queries, sorting, aggregations) with its exact digits in ``<field>.exact``
+# (terms); ``_source`` keeps the exact text. scaled_float would be exact only up to 2^63 scaled units
+# (DECIMAL(38,10) overflows it) and lives in a module the local distribution leaves out
+# (docs/schema-changes.md, "Elasticsearch types"). ignore_malformed: Postgres' 'NaN' keeps its document.
+DECIMAL_FIELD: dict[str, Any] = {
+    "type": "double",
+    "ignore_malformed": True,
+    "fields": {"exact": {"type": "keyword"}},
+}
+JSON_FIELD: dict[str, Any] = {"type": "object", "enabled": False}
+TEXT_FIELD: dict[str, Any] = {
+    "type": "text",
+    "fields": {"keyword": {"type": "keyword", "ignore_above": 256}},
+}  # dynamic's
+FIELD_TYPES: dict[str, dict[str, Any]] = {
+    "decimal": DECIMAL_FIELD,
+    "text": TEXT_FIELD,
+    "pg_text": TEXT_FIELD,  # a tsquery, a pg_lsn, a composite value...: Postgres' text
+    "geometric": TEXT_FIELD,
+    # _source keeps a timestamp's microseconds; the index has millisecond precision. ignore_malformed: a year past
+    # 9999 (Postgres reaches 294276 AD), which Elasticsearch's date cannot parse, keeps its document and its
+    # exact text in _source, left out of the index like a float's NaN (docs/types.md).
+    "date": {"type": "date", "ignore_malformed": True},
+    "timestamp": {"type": "date", "ignore_malformed": True},
+    "time": {"type": "keyword"},  # a time of day has no date to parse
+    "duration": {"type": "keyword"},  # MariaDB's TIME, as it shows it: -01:00:00, 838:59:59.999999
+    "uuid": {"type": "keyword"},
+    "bits": {"type": "keyword"},  # '0101', as Postgres writes a bit string
+    # A json column may hold an object in one row and a string, number, array or null in another: a dynamic
+    # object refused every row whose shape differed from the first (a mapping conflict). Not parsed, any JSON
+    # value is kept exactly in _source; its content is not searchable (docs/types.md).
+    "json": JSON_FIELD,
+    "point": JSON_FIELD,  # Debezium's {x, y, wkb, srid}; x and y need not be longitude and latitude
+    "geometry": JSON_FIELD,
+    "bytes": {"type": "binary"},
+    "bool": {"type": "boolean"},
+    "int": {"type": "long"},
+    # NaN and the infinities have no JSON number: stored as text in _source ("NaN", "Infinity", "-Infinity"),
+    # left out of the index (ignore_malformed), like a decimal's NaN.
+    "float": {"type": "double", "ignore_malformed": True},
+}
+
+# Field names Elasticsearch refuses in a document (seen on 8.x): its metadata fields, and names whose dot-separated
+# parts are empty or blank. A field "a.b" is the object path a -> b, so a table with columns "a" and "a.b" cannot
+# be one index's document either.
+METADATA_FIELDS = frozenset(
+    {"_id", "_index", "_source", "_routing", "_version", "_seq_no", "_primary_term", "_ignored", "_ignored_source",
+     "_field_names", "_nested_path", "_tier", "_data_stream_timestamp", "_feature"}
+)  # fmt: skip
+
+
+def refused_fields(table: str, fields: dict[str, str]) -> list[str]:
+    """Why Elasticsearch would refuse every document of ``table``: ``fields`` maps each field to its column."""
+    problems = []
+    for name, column in fields.items():
+        why = None
+        if name in METADATA_FIELDS:
+            why = "is one of Elasticsearch's metadata fields"
+        elif any(not part.strip() for part in name.split(".")[: -1 if name.endswith(".") else None]):
+            why = "has an empty or blank part between its dots, which Elasticsearch refuses"
+        else:
+            clash = next((other for other in fields if other.startswith(name + ".")), None)
+            if clash is not None:
+                why = f"is also the object holding field {clash!r} (Elasticsearch reads dots as a path)"
+        if why:
+            problems.append(
+                f"table {table}: column {column!r} as field {name!r} {why}; give it another name for this "
+                f"follower: mappings.'{table}'.rename: {{{column!r}: <name>}}"
+            )
+    return problems
+
+
+def properties(mapping: TableMapping, own: dict[str, Any]) -> dict[str, Any]:
+    """The index's explicit field mappings for ``mapping``'s columns, after the sink's ``own`` fields.
+
+    A column Elasticsearch would refuse in every document is a ``FatalError`` naming it and the rename to set.
+    """
+    columns = mapping.include if mapping.include is not None else (*mapping.types, *sorted(mapping.untyped))
+    problems = refused_fields(mapping.table, {mapping.rename.get(c, c): c for c in columns})
+    if problems:
+        raise FatalError("; ".join(problems))
+    props = dict(own)
+    for column, kind in mapping.types.items():
+        if (mapping.include is None or column in mapping.include) and kind in FIELD_TYPES:
+            props[mapping.rename.get(column, column)] = FIELD_TYPES[kind]
+    return props
