@@ -352,8 +352,8 @@ def test_a_read_whose_table_a_reindex_replaced_meanwhile_is_read_again(spark: An
 
     Delta refuses to run a read planned on the table's previous schema
     (DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS): ``verify``, or anything that reads
-    the warehouse while a reindex of it finishes, failed on it (CI, session
-    12). The read is planned again on the new version and returns its rows.
+    the warehouse while a reindex of it finishes, failed on it in CI. The
+    read is planned again on the new version and returns its rows.
     """
     sink = make_sink(spark, tmp_path)
     sink.write(1, [upsert("a", 1, {"n": 1, "name": "x"}), upsert("b", 2, {"n": 2, "name": "y"})])
