@@ -39,17 +39,17 @@ Leaves = dict[str, dict[str, str]]  # table -> {oid: "schema.name"} of its leaf 
 
 def leaves(source: SourceConfig) -> Leaves:
     """Every captured partitioned table's leaf partitions now (tables without partitions are left out)."""
+    names = {_regclass(t): str(t) for t in source.tables}
+    rows = fetch(  # one query for every table: the capture watch asks each minute
+        source,
+        "SELECT r.name, c.oid::bigint, n.nspname, c.relname FROM unnest(%s::text[]) AS r(name)"
+        " CROSS JOIN LATERAL pg_partition_tree(to_regclass(r.name)) t JOIN pg_class c ON c.oid = t.relid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.isleaf AND t.level > 0",
+        (list(names),),
+    )
     found: Leaves = {}
-    for table in source.tables:
-        rows = fetch(
-            source,
-            "SELECT c.oid::bigint, n.nspname, c.relname FROM pg_partition_tree(to_regclass(%s)) t"
-            " JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE t.isleaf AND t.level > 0",
-            (_regclass(table),),
-        )
-        if rows:
-            found[str(table)] = {str(oid): f"{schema}.{name}" for oid, schema, name in rows}
+    for name, oid, schema, relname in rows:
+        found.setdefault(names[name], {})[str(oid)] = f"{schema}.{relname}"
     return found
 
 

@@ -55,10 +55,6 @@ def needs_spark(follower: FollowerConfig) -> bool:
     return sink_class(follower).needs_spark
 
 
-def order_free(follower: FollowerConfig) -> bool:
-    return sink_class(follower).order_free
-
-
 def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:
     """Whether the follower's store answers, and what it said; raises what reaching it raised."""
     return sink_class(follower).probe(config, follower, timeout_s)

@@ -375,7 +375,7 @@ class ElasticsearchSink:
         return {"staged": self._staged.plain()}
 
     def write_into(self, generation: dict[str, Any]) -> None:
-        self._staged = Generations.of(generation["staged"])
+        self._staged = Generations(generation["staged"])
 
     def _generations(self, alias: str) -> dict[str, int]:
         """Every physical index of the alias's layout, ``<alias>-NNNNNN`` -> N (other targets' never match)."""

@@ -5,7 +5,7 @@ target, invisible to readers, filled, then published. What a generation is
 differs: an Elasticsearch index ``<alias>-NNNNNN``, a Redis key space
 ``<prefix>~<time>``, a Delta table ``<path>/<target>__staging``. This holds
 which targets are staged and where, for all three, and carries it to another
-process (``plain``/``Generations.of``: a bootstrap's or reindex's other
+process (``plain``, and back with the constructor: a bootstrap's or reindex's other
 writers, ``snapshot.parallel``).
 """
 
@@ -47,7 +47,3 @@ class Generations:
     def plain(self) -> dict[str, str]:
         """As plain data another process takes (``Sink.generation``)."""
         return dict(self._staged)
-
-    @classmethod
-    def of(cls, plain: Mapping[str, str]) -> Generations:
-        return cls(plain)

@@ -284,7 +284,7 @@ class RedisSink:
         return {"staged": self._staged.plain()}
 
     def write_into(self, generation: dict[str, Any]) -> None:
-        self._staged = Generations.of(generation["staged"])
+        self._staged = Generations(generation["staged"])
 
     def publish(self) -> None:
         """Make the live keys the staged generation plus the follower's writes since the stage (module docstring)."""
