@@ -9,7 +9,7 @@ record in Python, and one process does all of it under one GIL: at 300k
 records into Elasticsearch its main thread was busy ~85 % of the time and the
 machine a quarter idle (docs/performance.md, "Bootstrap from the topics in
 several processes"). So when the follower's sink can share its fill
-(``sync.sink.SharedFill``: Elasticsearch and Redis, where the newest version
+(``Sink.order_free``: Elasticsearch and Redis, where the newest version
 of a key wins whichever write lands last), a stretch of at least
 ``MIN_RECORDS`` offsets is cut into slices of ``SLICE_RECORDS`` offsets of one
 partition, and ``PROCESSES`` processes apply them, each with its own follower
@@ -42,7 +42,7 @@ from cdcsync.config import Config
 from cdcsync.errors import FatalError
 from cdcsync.sync.follower import BatchCounts, Follower
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.sink import SharedFill
+from cdcsync.sync.sink import Generations
 
 if TYPE_CHECKING:
     from cdcsync.snapshot.replay import Summary
@@ -117,10 +117,9 @@ class Processes:
     """
 
     def __init__(self, config: Config, follower: Follower, calls: int) -> None:
-        sink = follower.sink
-        assert isinstance(sink, SharedFill)  # the caller chose this path for such a sink
+        assert follower.sink.order_free  # the caller chose this path for such a sink (``shares``)
         self.name = follower.name
-        self.setup = Setup(config, follower.name, dict(follower.mappings), sink.generation())
+        self.setup = Setup(config, follower.name, dict(follower.mappings), follower.sink.generations.plain())
         self.ways = max(1, min(PROCESSES, calls))
         self._pool = ProcessPoolExecutor(self.ways, mp_context=multiprocessing.get_context("spawn"))
 
@@ -166,7 +165,7 @@ class Setup(NamedTuple):
     config: Config
     follower: str
     mappings: dict[str, TableMapping]
-    generation: dict[str, Any]
+    staged: dict[str, str]  # the caller's staged targets (``Generations.plain``)
 
 
 _followers: dict[str, Follower] = {}  # in each replay process: its follower, built for its first slice
@@ -179,9 +178,7 @@ def follower_of(setup: Setup) -> Follower:
     if setup.follower not in _followers:
         cfg = next(f for f in setup.config.followers if f.name == setup.follower)
         follower = build_follower(setup.config, cfg, None, mappings=dict(setup.mappings), open_sink=False, fill=True)
-        sink = follower.sink
-        assert isinstance(sink, SharedFill)
-        sink.write_into(setup.generation)
+        follower.sink.generations = Generations(setup.staged)  # write where the caller's sink writes
         _followers[setup.follower] = follower
     return _followers[setup.follower]
 

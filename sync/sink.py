@@ -81,9 +81,9 @@ member                     contract
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from cdcsync.events import Change
@@ -119,6 +119,52 @@ class WriteResult:
         return WriteResult(self.applied + other.applied, self.older + other.older, self.rejected + other.rejected)
 
 
+class Generations:
+    """A sink's staged targets: where each target's writes and reads go until ``publish`` makes them live.
+
+    Every sink stages the same way (``Sink.stage``): a new generation of each
+    target, invisible to readers, filled, then published. What a generation is
+    differs: an Elasticsearch index ``<alias>-NNNNNN``, a Redis key space
+    ``<prefix>~<time>``, a Delta table ``<path>/<target>__staging``. This holds
+    which targets are staged and where, for all three (``Sink.generations``), and
+    carries it to another process (``plain``, and back with the constructor: a
+    bootstrap's or reindex's other writers, ``snapshot.parallel``).
+    """
+
+    def __init__(self, staged: Mapping[str, str] | None = None) -> None:
+        self._staged: dict[str, str] = dict(staged or {})  # target -> its staged generation's name
+
+    def stage(self, target: str, where: str) -> None:
+        self._staged[target] = where
+
+    def where(self, target: str, live: str) -> str:
+        """The staged generation of ``target``, or ``live`` when it is not staged."""
+        return self._staged.get(target, live)
+
+    def published(self, target: str) -> None:
+        """``target`` is live again (published, or its stage dropped)."""
+        self._staged.pop(target, None)
+
+    def clear(self) -> None:
+        self._staged.clear()
+
+    def __contains__(self, target: object) -> bool:
+        return target in self._staged
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._staged))
+
+    def __len__(self) -> int:
+        return len(self._staged)
+
+    def items(self) -> list[tuple[str, str]]:
+        return sorted(self._staged.items())
+
+    def plain(self) -> dict[str, str]:
+        """As plain data another process takes, and gives back to the constructor (``snapshot.parallel``)."""
+        return dict(self._staged)
+
+
 class Sink(Protocol):
     name: str
     order_free: bool  # its apply rule does not depend on the order of writes (sync.sinks)
@@ -126,6 +172,7 @@ class Sink(Protocol):
     chunk_rows: int | None
     writers: int
     fill_writers: int
+    generations: Generations  # its staged targets, until publish; another process may take them over
 
     def open(self, mappings: Sequence[TableMapping]) -> None: ...
 
@@ -160,23 +207,6 @@ class Sink(Protocol):
     def publish(self) -> None: ...
 
     def close(self) -> None: ...
-
-
-@runtime_checkable
-class SharedFill(Protocol):
-    """A sink whose writes several processes can share: each writes where this one writes now.
-
-    Only sinks whose apply rule does not depend on the order of writes
-    (``Sink.order_free``); ``snapshot.parallel`` uses it.
-    """
-
-    def generation(self) -> dict[str, Any]:
-        """Where ``write`` goes now (a staged generation, or the live one), as plain data another process takes."""
-        ...
-
-    def write_into(self, generation: dict[str, Any]) -> None:
-        """Write where ``generation`` (another instance's ``generation()``) says, from now on."""
-        ...
 
 
 def redact_url(url: str) -> str:

@@ -74,7 +74,7 @@ from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.state import base_dir
 from cdcsync.sync.mapping import fingerprint
-from cdcsync.sync.sink import Row, WriteResult
+from cdcsync.sync.sink import Generations, Row, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks.delta_values import (
     BIGINT,
@@ -96,7 +96,6 @@ from cdcsync.sync.sinks.delta_values import (
     stored,
 )
 from cdcsync.sync.sinks.delta_writers import each_table, one_writer, tables_at_once
-from cdcsync.sync.sinks.generations import Generations
 
 if TYPE_CHECKING:
     from cdcsync.sync.mapping import TableMapping
@@ -191,7 +190,7 @@ class DeltaSink:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
         self._spark = spark
         self._tables: dict[str, _Table] = {}
-        self._staged = Generations()  # target -> its staging table's path (its _tables entry), until publish
+        self.generations = Generations()  # target -> its staging table's path (its _tables entry), until publish
         self.tables_at_once = tables_at_once()  # a batch's tables MERGEd at once (delta_writers)
         self._checkpoints = checkpoints.Checkpoints(spark)  # log checkpoints beside the batches (delta_checkpoints)
 
@@ -201,7 +200,7 @@ class DeltaSink:
         """Create each target's table (and history table) if missing; add columns the mapping gained."""
         for target, columns in self._wanted(mappings).items():
             self._tables[target] = self._open_table(f"{self.path}/{target}", columns)
-            self._staged.published(target)
+            self.generations.published(target)
 
     def learn(self, mapping: TableMapping) -> None:
         """Note the types of columns the table gained; the writer adds them with the first rows that carry them.
@@ -242,7 +241,7 @@ class DeltaSink:
             path = f"{self.path}/{target}{STAGING}"
             self._remove(path)
             self._tables[target] = self._open_table(path, columns, history=f"{self.path}/{target}__history")
-            self._staged.stage(target, path)
+            self.generations.stage(target, path)
 
     def publish(self) -> None:
         """Replace each staged target's live table in one commit, then remove its staging table.
@@ -250,7 +249,7 @@ class DeltaSink:
         ``tables_at_once`` targets at a time, as a batch's MERGEs: a bootstrap of many small tables
         is mostly each overwrite's fixed cost.
         """
-        each_table([partial(self._publish_one, target) for target in self._staged], self.tables_at_once)
+        each_table([partial(self._publish_one, target) for target in self.generations], self.tables_at_once)
 
     def _publish_one(self, target: str) -> None:
         staged, live = self._tables[target], f"{self.path}/{target}"
@@ -258,7 +257,7 @@ class DeltaSink:
             rows = self._spark.read.format("delta").load(staged.path)
             rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
         self._tables[target] = _Table(live, staged.kinds, staged.history)
-        self._staged.published(target)
+        self.generations.published(target)
         self._remove(staged.path)
 
     def _remove(self, path: str) -> None:

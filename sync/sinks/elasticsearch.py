@@ -91,7 +91,7 @@ from elasticsearch import ApiError, Elasticsearch
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
-from cdcsync.sync.sink import Row, WriteResult, redact_url
+from cdcsync.sync.sink import Generations, Row, WriteResult, redact_url
 from cdcsync.sync.sinks import secret
 from cdcsync.sync.sinks.elasticsearch_errors import (
     RETRYABLE_STATUS,
@@ -101,7 +101,6 @@ from cdcsync.sync.sinks.elasticsearch_errors import (
     reason,
 )
 from cdcsync.sync.sinks.elasticsearch_fields import DECIMAL_FIELD, JSON_FIELD, properties
-from cdcsync.sync.sinks.generations import Generations
 
 log = logging.getLogger(__name__)
 
@@ -192,14 +191,14 @@ class ElasticsearchSink:
             retry_on_timeout=True,
             **{k: v for k, v in auth.items() if v is not None},
         )
-        self._staged = Generations()  # target -> its staged physical index, until publish
+        self.generations = Generations()  # target -> its staged physical index, until publish
 
     def alias(self, target: str) -> str:
         return f"{self.index_prefix}{target}"
 
     def physical(self, target: str) -> str:
         """Where this instance writes and reads ``target``: the staged index, else the alias."""
-        return self._staged.where(target, self.alias(target))
+        return self.generations.where(target, self.alias(target))
 
     # ------------------------------------------------------------------ open
 
@@ -290,7 +289,7 @@ class ElasticsearchSink:
         Once per batch, on the driver; skipped with ``refresh_each_batch: false``. A refresh that fails
         is only logged: the writes are acknowledged, and the index's own refresh shows them later.
         """
-        live = sorted(set(targets) - set(self._staged))  # a staged index has no readers; publish refreshes it
+        live = sorted(set(targets) - set(self.generations))  # a staged index has no readers; publish refreshes it
         if not self.refresh_each_batch or not live:
             return
         indexes = ",".join(self.alias(t) for t in live)
@@ -357,7 +356,7 @@ class ElasticsearchSink:
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """Create the next generation of each target's index, without the alias (module docstring)."""
         for target, props in self._targets(mappings).items():
-            self._staged.stage(target, self._call(f"stage {self.alias(target)}", self._stage_one, target, props))
+            self.generations.stage(target, self._call(f"stage {self.alias(target)}", self._stage_one, target, props))
 
     def _stage_one(self, target: str, props: dict[str, Any]) -> str:
         alias = self.alias(target)
@@ -369,13 +368,6 @@ class ElasticsearchSink:
         physical = f"{alias}-{max(generations.values(), default=0) + 1:06d}"
         self._create(physical, props, fill=True)
         return physical
-
-    def generation(self) -> dict[str, Any]:
-        """The staged index of each target being filled (none: the aliases), for ``write_into`` elsewhere."""
-        return {"staged": self._staged.plain()}
-
-    def write_into(self, generation: dict[str, Any]) -> None:
-        self._staged = Generations(generation["staged"])
 
     def _generations(self, alias: str) -> dict[str, int]:
         """Every physical index of the alias's layout, ``<alias>-NNNNNN`` -> N (other targets' never match)."""
@@ -394,7 +386,7 @@ class ElasticsearchSink:
         One ``_aliases`` request for all targets: readers see every target switch at once, and a
         bootstrap of many tables waits out ``DROP_GRACE_S`` once, not once per table.
         """
-        staged = dict(self._staged.items())
+        staged = dict(self.generations.items())
         if not staged:
             return
         for physical in staged.values():
@@ -409,7 +401,7 @@ class ElasticsearchSink:
             old += behind
         names = ", ".join(staged.values())
         self._call(f"publish {names}", self._client.indices.update_aliases, actions=actions)  # atomic for readers
-        self._staged.clear()
+        self.generations.clear()
         if old:
             time.sleep(DROP_GRACE_S)
             for chunk in _name_lists(old):
@@ -456,7 +448,7 @@ class ElasticsearchSink:
         ident = {
             "_index": self.physical(row.target),
             "_id": row.doc_id,
-            "require_alias": row.target not in self._staged,
+            "require_alias": row.target not in self.generations,
         }
         action = {"index": {**ident, "version": row.version, "version_type": "external"}}
         if row.doc is None:
@@ -521,7 +513,7 @@ class ElasticsearchSink:
         """Every live document behind the alias (or in the staged index): ``{id: (version, doc)}``."""
         alias = self.physical(target)
         held: dict[str, tuple[int, dict[str, Any]]] = {}
-        if target in self._staged:
+        if target in self.generations:
             exists = self._call("check index", self._client.indices.exists, index=alias)
         else:
             exists = self._call("check alias", self._client.indices.exists_alias, name=alias)

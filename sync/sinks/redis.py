@@ -125,9 +125,8 @@ from redis.exceptions import NoScriptError, RedisError
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sync.mapping import TableMapping, scalar_text
-from cdcsync.sync.sink import Row, WriteResult, redact_url
+from cdcsync.sync.sink import Generations, Row, WriteResult, redact_url
 from cdcsync.sync.sinks import secret
-from cdcsync.sync.sinks.generations import Generations
 from cdcsync.sync.sinks.redis_errors import classify, mapped
 from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
 
@@ -191,7 +190,7 @@ class RedisSink:
         self.name = name
         self.url = redact_url(url)
         self.prefix = prefix
-        self._staged = Generations()  # target -> its staged key space (``<prefix>~<time>``), until publish
+        self.generations = Generations()  # target -> its staged key space (``<prefix>~<time>``), until publish
         # ACL user, password and CA as options, not in the URL; unset ones are not passed (a plain redis://
         # connection takes no ssl_* option).
         auth = {"username": username, "password": password, "ssl_ca_certs": ssl_ca_certs}
@@ -247,7 +246,7 @@ class RedisSink:
 
     def _space_of(self, target: str) -> str:
         """Where write() and held() go for ``target``: the prefix, or its staged generation's key space."""
-        return self._staged.where(target, self.prefix)
+        return self.generations.where(target, self.prefix)
 
     def row_key(self, target: str, doc_id: str, space: str | None = None) -> str:
         return f"{space or self._space_of(target)}:{target}:{doc_id}"
@@ -277,20 +276,13 @@ class RedisSink:
             raise self._mapped(err, "dropping an unpublished stage") from None
         space = f"{self.prefix}~{time.time_ns():x}"
         for target in targets:
-            self._staged.stage(target, space)
-
-    def generation(self) -> dict[str, Any]:
-        """The key space ``write`` fills (the staged generation's or the prefix) and the staged targets."""
-        return {"staged": self._staged.plain()}
-
-    def write_into(self, generation: dict[str, Any]) -> None:
-        self._staged = Generations(generation["staged"])
+            self.generations.stage(target, space)
 
     def publish(self) -> None:
         """Make the live keys the staged generation plus the follower's writes since the stage (module docstring)."""
         live = self.prefix
         try:
-            for target, staged in self._staged.items():
+            for target, staged in self.generations.items():
                 # Pass 1: live rows and markers the rebuilt generation does not know and the follower did not write.
                 self._publish_scan(PURGE_SHA, target, live, staged)
                 markers = self.marker_key(target, live)
@@ -301,11 +293,11 @@ class RedisSink:
                 markers = self.marker_key(target, staged)
                 for ids in _chunks(field for field, _ in self._client.hscan_iter(markers, count=SCAN_COUNT)):
                     self._publish_calls(PROMOTE_SHA, target, "marker", [(markers, i) for i in ids])
-            for target in self._staged:
+            for target in self.generations:
                 self._client.unlink(self.journal_key(target, live))
         except RedisError as err:  # a killed or failed publish is finished by the next reindex (docs/reindex.md)
             raise self._mapped(err, "publish") from None
-        self._staged.clear()
+        self.generations.clear()
 
     def _shared_key(self, sha: str, target: str) -> str:
         """KEYS[1] of a publish call: the staged marker hash for the purge, the live one for the promote."""
