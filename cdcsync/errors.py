@@ -8,6 +8,9 @@ message says what is wrong and how to fix it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 
 class CdcsyncError(Exception):
     """Base of every error cdcsync raises on purpose."""
@@ -23,6 +26,31 @@ class RetryableError(CdcsyncError):
 
 class FatalError(CdcsyncError):
     """A failure that retrying will not fix."""
+
+
+# How one kind of client's failure is taken: ``rule(err, what)`` is the RetryableError or FatalError that
+# ``err``, met while doing ``what``, is; or None for a failure the rule does not know (it stays as it is).
+ErrorRule = Callable[[Exception, str], Exception | None]
+
+
+@contextmanager
+def mapped(what: str, rule: ErrorRule) -> Iterator[None]:
+    """Run a block, raising a failure of it as what ``rule`` makes of it; an error of cdcsync's own passes.
+
+    Each sink maps its client's failures this way: ``with self._errors(what):``
+    around a call, where ``_errors`` is ``mapped(what, self._mapped)`` and
+    ``_mapped`` is the sink's one rule. A failure that comes back as a value
+    (a Redis reply) is raised inside such a block.
+    """
+    try:
+        yield
+    except CdcsyncError:
+        raise
+    except Exception as err:
+        root = rule(err, what)
+        if root is None:
+            raise
+        raise root from err
 
 
 class ConfigError(FatalError):

@@ -57,8 +57,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from functools import partial
@@ -71,7 +71,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import CdcsyncError, FatalError, RetryableError
+from cdcsync.errors import FatalError, RetryableError, mapped
 from cdcsync.state import base_dir
 from cdcsync.sync.mapping import fingerprint
 from cdcsync.sync.sink import Generations, Row, WriteResult
@@ -253,7 +253,7 @@ class DeltaSink:
 
     def _publish_one(self, target: str) -> None:
         staged, live = self._tables[target], f"{self.path}/{target}"
-        with one_writer(live), _spark_errors(f"publishing {staged.path} to {live}"):
+        with one_writer(live), self._errors(f"publishing {staged.path} to {live}"):
             rows = self._spark.read.format("delta").load(staged.path)
             rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
         self._tables[target] = _Table(live, staged.kinds, staged.history)
@@ -263,7 +263,7 @@ class DeltaSink:
     def _remove(self, path: str) -> None:
         """Delete a directory tree through Hadoop's file system API, so any ``path`` scheme works."""
         self._checkpoints.forget(path)
-        with _spark_errors(f"removing {path}"):
+        with self._errors(f"removing {path}"):
             context = self._spark.sparkContext
             hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
             hadoop_path.getFileSystem(context._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
@@ -326,7 +326,7 @@ class DeltaSink:
         reindex's publish overtook is planned again on the new version.
         """
         table, attempt = self._table(target), 0
-        with _spark_errors(f"reading {table.path}"):
+        with self._errors(f"reading {table.path}"):
             while True:
                 attempt += 1
                 try:
@@ -358,6 +358,18 @@ class DeltaSink:
         self._checkpoints.close()
         self._tables.clear()
 
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return mapped(what, self._mapped)
+
+    @staticmethod
+    def _mapped(err: Exception, what: str) -> Exception:
+        """A Spark or Delta failure met during ``what`` as one of the two error roots: a commit conflict passes,
+        anything else needs a person (Py4J errors carry the Java class in their text)."""
+        text = f"{type(err).__name__}: {err}"
+        if any(marker in text for marker in CONFLICTS):
+            return RetryableError(f"{what}: Delta commit conflict, retry the batch: {text[:300]}")
+        return FatalError(f"{what} failed: {text[:1000]}")
+
     # ------------------------------------------------------------------ internals
 
     def _table(self, target: str) -> _Table:
@@ -368,7 +380,7 @@ class DeltaSink:
     def _open_table(self, path: str, columns: dict[str, str | None], history: str | None = None) -> _Table:
         schema = T.StructType(META.fields + [T.StructField(n, spark_type(k)) for n, k in columns.items()])
         table = _Table(path, {}, history or f"{path}__history")
-        with one_writer(path), _spark_errors(f"opening {path}"):
+        with one_writer(path), self._errors(f"opening {path}"):
             builder = DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema)
             for prop, value in (COLUMN_MAPPING if needs_column_mapping(columns) else {}).items():
                 builder = builder.property(prop, value)
@@ -376,7 +388,7 @@ class DeltaSink:
             existing = DeltaTable.forPath(self._spark, path).toDF().schema
             self._checkpoint_here(path, self._set_properties(path))
         if self.history:
-            with one_writer(table.history), _spark_errors(f"opening {table.history}"):
+            with one_writer(table.history), self._errors(f"opening {table.history}"):
                 DeltaTable.createIfNotExists(self._spark).location(table.history).addColumns(HISTORY).execute()
                 self._checkpoint_here(table.history, self._set_properties(table.history))
         for field in existing.fields:
@@ -429,7 +441,7 @@ class DeltaSink:
         if not columns:
             return
         listed = ", ".join(f"{quote(n)} {spark_type(k).simpleString()}" for n, k in columns.items())
-        with one_writer(table.path), _spark_errors(f"adding columns to {table.path}"):
+        with one_writer(table.path), self._errors(f"adding columns to {table.path}"):
             if needs_column_mapping(columns):  # a no-op on a table that has it
                 props = ", ".join(f"'{prop}' = '{value}'" for prop, value in COLUMN_MAPPING.items())
                 self._spark.sql(f"ALTER TABLE delta.{quote(table.path)} SET TBLPROPERTIES ({props})")
@@ -441,7 +453,7 @@ class DeltaSink:
         table.forgotten.clear()
         if not gone:
             return
-        with one_writer(table.path), _spark_errors(f"dropping columns {gone} from {table.path}"):
+        with one_writer(table.path), self._errors(f"dropping columns {gone} from {table.path}"):
             rows = self._spark.read.format("delta").load(table.path).drop(*gone)
             rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(table.path)
         for name in gone:
@@ -476,7 +488,7 @@ class DeltaSink:
         ]
         every: dict[str, str | Column] = {quote(n): f"s.{quote(n)}" for n in schema.fieldNames()}
         guard = "s._cdcsync_version > t._cdcsync_version"
-        with _spark_errors(f"merging into {table.path}"):
+        with self._errors(f"merging into {table.path}"):
             source = frame(self._spark, data, schema)
             merge = (
                 DeltaTable.forPath(self._spark, table.path)
@@ -507,17 +519,3 @@ class DeltaSink:
             target = DeltaTable.forPath(self._spark, table.history).alias("t")
             target.merge(source.alias("s"), key).whenNotMatchedInsertAll().execute()
             self._checkpoints.committed(table.history)
-
-
-@contextmanager
-def _spark_errors(what: str) -> Iterator[None]:
-    """Map Spark/Delta failures onto the two error roots (Py4J errors carry the Java class in their text)."""
-    try:
-        yield
-    except CdcsyncError:
-        raise
-    except Exception as err:
-        text = f"{type(err).__name__}: {err}"
-        if any(marker in text for marker in CONFLICTS):
-            raise RetryableError(f"{what}: Delta commit conflict, retry the batch: {text[:300]}") from err
-        raise FatalError(f"{what} failed: {text[:1000]}") from err

@@ -80,7 +80,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from typing import Any, cast
 
 import orjson
@@ -89,7 +89,7 @@ from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import CdcsyncError, FatalError, RetryableError
+from cdcsync.errors import CdcsyncError, FatalError, RetryableError, mapped
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Generations, Row, WriteResult, redact_url
 from cdcsync.sync.sinks import secret
@@ -209,7 +209,8 @@ class ElasticsearchSink:
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Create each target's index and alias if missing; add newly typed fields to existing ones."""
         for target, props in self._targets(mappings).items():
-            self._call(f"open {self.alias(target)}", self._ensure, target, props)
+            with self._errors(f"open {self.alias(target)}"):
+                self._ensure(target, props)
 
     def _targets(self, mappings: Sequence[TableMapping]) -> dict[str, dict[str, Any]]:
         properties: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -294,7 +295,8 @@ class ElasticsearchSink:
             return
         indexes = ",".join(self.alias(t) for t in live)
         try:
-            self._call(f"refresh {indexes}", self._client.indices.refresh, index=indexes)
+            with self._errors(f"refresh {indexes}"):
+                self._client.indices.refresh(index=indexes)
         except CdcsyncError as err:
             log.warning("sink=%s refresh after the batch failed (the index refreshes itself later): %s", self.name, err)
 
@@ -312,10 +314,10 @@ class ElasticsearchSink:
         holding = {"bool": {"should": [{"exists": {"field": f}} for f in fields], "minimum_should_match": 1}}
         removed = 0
         while True:
-            self._call(f"refresh {index}", self._client.indices.refresh, index=index)
-            found = self._call(
-                f"search {index}", self._client.search, index=index, query=holding, size=PAGE, version=True
-            )
+            with self._errors(f"refresh {index}"):
+                self._client.indices.refresh(index=index)
+            with self._errors(f"search {index}"):
+                found = self._client.search(index=index, query=holding, size=PAGE, version=True)
             hits = found["hits"]["hits"]
             if not hits:
                 break
@@ -327,7 +329,8 @@ class ElasticsearchSink:
                                "version_type": "external_gte"}},
                     doc,
                 ]  # fmt: skip
-            answer = self._call(f"bulk {index}", self._client.bulk, operations=operations, filter_path=BULK_ANSWER)
+            with self._errors(f"bulk {index}"):
+                answer = self._client.bulk(operations=operations, filter_path=BULK_ANSWER)
             statuses = [next(iter(item.values()))["status"] for item in answer.get("items", [])]
             done = sum(1 for s in statuses if s < 300)
             failed = [s for s in statuses if s >= 300 and s != 409]
@@ -356,7 +359,8 @@ class ElasticsearchSink:
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """Create the next generation of each target's index, without the alias (module docstring)."""
         for target, props in self._targets(mappings).items():
-            self.generations.stage(target, self._call(f"stage {self.alias(target)}", self._stage_one, target, props))
+            with self._errors(f"stage {self.alias(target)}"):
+                self.generations.stage(target, self._stage_one(target, props))
 
     def _stage_one(self, target: str, props: dict[str, Any]) -> str:
         alias = self.alias(target)
@@ -390,22 +394,26 @@ class ElasticsearchSink:
         if not staged:
             return
         for physical in staged.values():
-            self._call(f"publish {physical}", self._ready, physical)
+            with self._errors(f"publish {physical}"):
+                self._ready(physical)
         actions: list[dict[str, Any]] = []
         old: list[str] = []
         for target, physical in staged.items():
             alias = self.alias(target)
-            behind = [index for index in self._call(f"publish {physical}", self._behind, alias) if index != physical]
+            with self._errors(f"publish {physical}"):
+                behind = [index for index in self._behind(alias) if index != physical]
             actions += [{"remove": {"index": index, "alias": alias}} for index in behind]
             actions.append({"add": {"index": physical, "alias": alias, "is_write_index": True, "filter": HIDE_MARKERS}})
             old += behind
         names = ", ".join(staged.values())
-        self._call(f"publish {names}", self._client.indices.update_aliases, actions=actions)  # atomic for readers
+        with self._errors(f"publish {names}"):
+            self._client.indices.update_aliases(actions=actions)  # atomic for readers
         self.generations.clear()
         if old:
             time.sleep(DROP_GRACE_S)
             for chunk in _name_lists(old):
-                self._call(f"dropping {chunk}", self._client.indices.delete, index=chunk)
+                with self._errors(f"dropping {chunk}"):
+                    self._client.indices.delete(index=chunk)
 
     def _ready(self, physical: str) -> None:
         """Put a staged index's own refresh interval back, check it, and refresh it (module docstring)."""
@@ -467,7 +475,8 @@ class ElasticsearchSink:
         lines = [line for _row, action, source in chunk for line in (action, source)]
         try:
             # The client passes pre-encoded NDJSON lines through; its type hint only knows dicts.
-            response = self._call("bulk", self._client.bulk, operations=cast(Any, lines), filter_path=BULK_ANSWER)
+            with self._errors("bulk"):
+                response = self._client.bulk(operations=cast(Any, lines), filter_path=BULK_ANSWER)
         except _TooLarge:
             if len(chunk) == 1:
                 return WriteResult(rejected=[(chunk[0][0], "request entity too large (http.max_content_length)")])
@@ -514,27 +523,30 @@ class ElasticsearchSink:
         alias = self.physical(target)
         held: dict[str, tuple[int, dict[str, Any]]] = {}
         if target in self.generations:
-            exists = self._call("check index", self._client.indices.exists, index=alias)
+            with self._errors("check index"):
+                exists = self._client.indices.exists(index=alias)
         else:
-            exists = self._call("check alias", self._client.indices.exists_alias, name=alias)
+            with self._errors("check alias"):
+                exists = self._client.indices.exists_alias(name=alias)
         if not exists:
             return held
-        self._call("refresh", self._client.indices.refresh, index=alias)
-        pit_id = self._call("open point in time", self._client.open_point_in_time, index=alias, keep_alive="2m")["id"]
+        with self._errors("refresh"):
+            self._client.indices.refresh(index=alias)
+        with self._errors("open point in time"):
+            pit_id = self._client.open_point_in_time(index=alias, keep_alive="2m")["id"]
         search_after: list[Any] | None = None
         try:
             while True:
-                page = self._call(
-                    "search",
-                    self._client.search,
-                    pit={"id": pit_id, "keep_alive": "2m"},
-                    query=HIDE_MARKERS,  # the point in time keeps the alias filter; this says it once more
-                    sort=[{"_shard_doc": "asc"}],
-                    size=PAGE,
-                    version=True,
-                    track_total_hits=False,
-                    search_after=search_after,
-                )
+                with self._errors("search"):
+                    page = self._client.search(
+                        pit={"id": pit_id, "keep_alive": "2m"},
+                        query=HIDE_MARKERS,  # the point in time keeps the alias filter; this says it once more
+                        sort=[{"_shard_doc": "asc"}],
+                        size=PAGE,
+                        version=True,
+                        track_total_hits=False,
+                        search_after=search_after,
+                    )
                 pit_id, hits = page["pit_id"], page["hits"]["hits"]
                 for hit in hits:
                     doc = {k: v for k, v in hit["_source"].items() if k not in (VERSION_FIELD, DELETED_FIELD)}
@@ -556,21 +568,23 @@ class ElasticsearchSink:
 
     # ------------------------------------------------------------------ errors
 
-    def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run one client call, mapping its failures onto the two error roots."""
-        try:
-            return func(*args, **kwargs)
-        except TlsError as err:
-            raise FatalError(f"elasticsearch {self.url}: TLS failed ({err}); check the URL scheme and CA") from None
-        except (TransportConnectionError, ConnectionTimeout) as err:
-            raise RetryableError(f"elasticsearch {self.url} unreachable during {what}: {err}") from None
-        except ApiError as err:
-            status = err.meta.status
-            if status == 413:
-                raise _TooLarge from None
-            if status in RETRYABLE_STATUS or error_type(err.body) in RETRYABLE_TYPES:
-                raise RetryableError(f"elasticsearch {self.url} refused {what} ({status}): {err}") from None
-            raise FatalError(f"elasticsearch {self.url}: {what} failed ({status}): {err}") from None
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return mapped(what, self._mapped)
+
+    def _mapped(self, err: Exception, what: str) -> Exception | None:
+        """A client failure met during ``what`` as one of the two error roots (``cdcsync.errors.mapped``)."""
+        if isinstance(err, TlsError):
+            return FatalError(f"elasticsearch {self.url}: TLS failed ({err}); check the URL scheme and CA")
+        if isinstance(err, TransportConnectionError | ConnectionTimeout):
+            return RetryableError(f"elasticsearch {self.url} unreachable during {what}: {err}")
+        if not isinstance(err, ApiError):
+            return None
+        status = err.meta.status
+        if status == 413:
+            return _TooLarge()
+        if status in RETRYABLE_STATUS or error_type(err.body) in RETRYABLE_TYPES:
+            return RetryableError(f"elasticsearch {self.url} refused {what} ({status}): {err}")
+        return FatalError(f"elasticsearch {self.url}: {what} failed ({status}): {err}")
 
 
 class _TooLarge(Exception):

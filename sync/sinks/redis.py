@@ -115,6 +115,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,11 +124,11 @@ import redis
 from redis.exceptions import NoScriptError, RedisError
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import FatalError, RetryableError
+from cdcsync.errors import FatalError, RetryableError, mapped
 from cdcsync.sync.mapping import TableMapping, scalar_text
 from cdcsync.sync.sink import Generations, Row, WriteResult, redact_url
 from cdcsync.sync.sinks import secret
-from cdcsync.sync.sinks.redis_errors import classify, mapped
+from cdcsync.sync.sinks.redis_errors import classify, root
 from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
 
 log = logging.getLogger(__name__)
@@ -223,7 +224,7 @@ class RedisSink:
         self._check_target(target)
         head = f"{self._space_of(target)}:{target}:"
         keys = 0
-        try:
+        with self._errors("forget"):
             batch: list[str] = []
             for key in self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT):
                 batch.append(key)
@@ -231,8 +232,6 @@ class RedisSink:
                     keys += self._hdel(batch, fields)
                     batch = []
             keys += self._hdel(batch, fields)
-        except RedisError as err:
-            raise self._mapped(err, "forget") from None
         log.info("prefix=%s target=%s dropped_fields=%s rows=%d", self._space_of(target), target, list(fields), keys)
 
     def _hdel(self, keys: list[str], fields: Sequence[str]) -> int:
@@ -267,13 +266,11 @@ class RedisSink:
         """Drop leftovers of an unpublished stage, open the journals; write and read a new generation from now on."""
         self.open(mappings)
         targets = sorted({m.target for m in mappings})
-        try:
+        with self._errors("dropping an unpublished stage"):
             for keys in _chunks(self._client.scan_iter(match=_glob_escape(f"{self.prefix}~") + "*", count=SCAN_COUNT)):
                 self._client.unlink(*keys)
             for target in targets:  # from now on the running follower notes every id it writes
                 self._client.sadd(self.journal_key(target, self.prefix), JOURNAL_OPEN)
-        except RedisError as err:
-            raise self._mapped(err, "dropping an unpublished stage") from None
         space = f"{self.prefix}~{time.time_ns():x}"
         for target in targets:
             self.generations.stage(target, space)
@@ -281,7 +278,7 @@ class RedisSink:
     def publish(self) -> None:
         """Make the live keys the staged generation plus the follower's writes since the stage (module docstring)."""
         live = self.prefix
-        try:
+        with self._errors("publish"):  # a killed or failed publish is finished by the next reindex (docs/reindex.md)
             for target, staged in self.generations.items():
                 # Pass 1: live rows and markers the rebuilt generation does not know and the follower did not write.
                 self._publish_scan(PURGE_SHA, target, live, staged)
@@ -295,8 +292,6 @@ class RedisSink:
                     self._publish_calls(PROMOTE_SHA, target, "marker", [(markers, i) for i in ids])
             for target in self.generations:
                 self._client.unlink(self.journal_key(target, live))
-        except RedisError as err:  # a killed or failed publish is finished by the next reindex (docs/reindex.md)
-            raise self._mapped(err, "publish") from None
         self.generations.clear()
 
     def _shared_key(self, sha: str, target: str) -> str:
@@ -315,7 +310,8 @@ class RedisSink:
             argv[1] = cursor
             (reply,) = self._evalsha_all(sha, [(keys, argv)])
             if isinstance(reply, RedisError):
-                raise self._mapped(reply, "publish")
+                with self._errors("publish"):
+                    raise reply
             cursor = reply[0]
             if cursor == "0":
                 return
@@ -331,7 +327,8 @@ class RedisSink:
             calls.append((keys, [kind, *(i for _, i in part)]))
         for reply in self._evalsha_all(sha, calls):
             if isinstance(reply, RedisError):
-                raise self._mapped(reply, "publish")
+                with self._errors("publish"):
+                    raise reply
 
     # ------------------------------------------------------------------ write
 
@@ -388,7 +385,8 @@ class RedisSink:
         """Count one call's answer (a byte per row, then the refused rows' errors); any other answer stops the batch."""
         if isinstance(reply, RedisError):
             if classify(reply) != "script":
-                raise self._mapped(reply, "write")
+                with self._errors("write"):
+                    raise reply
             return WriteResult(rejected=[(row, str(reply)) for row, _, _ in call.rows])  # a call of one row
         statuses = reply[0] if isinstance(reply, list) and reply else None
         if (
@@ -408,7 +406,8 @@ class RedisSink:
                 if not isinstance(error, RedisError):
                     raise FatalError(f"redis {self.url}: the apply script answered {error!r:.200} for a refused row")
                 if classify(error) != "reject":
-                    raise self._mapped(error, "write")
+                    with self._errors("write"):
+                        raise error
                 result.rejected.append((row, str(error)))
         return result
 
@@ -421,10 +420,8 @@ class RedisSink:
             for i in todo:
                 keys, argv = calls[i]
                 pipe.execute_command("EVALSHA", sha, len(keys), *keys, *argv)  # evalsha() is typed for str only
-            try:
+            with self._errors("script call"):
                 answers = pipe.execute(raise_on_error=False)
-            except RedisError as err:
-                raise self._mapped(err, "script call") from None
             for i, answer in zip(todo, answers, strict=True):
                 replies[i] = answer
             # Restart or SCRIPT FLUSH: these calls did not run; load the scripts and run them again.
@@ -436,16 +433,18 @@ class RedisSink:
 
     def _load_script(self) -> None:
         for name, (text, expected) in SCRIPTS.items():
-            try:
+            with self._errors("SCRIPT LOAD (Lua scripting must be allowed)"):
                 sha = self._client.script_load(text)
-            except RedisError as err:
-                raise self._mapped(err, "SCRIPT LOAD (Lua scripting must be allowed)") from None
             if sha != expected:
                 raise FatalError(f"redis {self.url} hashed the {name} script as {sha}, expected {expected}")
 
-    def _mapped(self, err: RedisError, what: str) -> Exception:
-        """A Redis failure mapped onto the two error roots (a per-row reply outside ``write`` is fatal too)."""
-        return mapped(err, what, self.url, self.name, self.prefix)
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return mapped(what, self._mapped)
+
+    def _mapped(self, err: Exception, what: str) -> Exception | None:
+        """A Redis failure met during ``what`` as one of the two error roots (a per-row reply too: ``write`` alone
+        takes those row by row)."""
+        return root(err, what, self.url, self.name, self.prefix) if isinstance(err, RedisError) else None
 
     def _check_target(self, target: str) -> None:
         if not target or ":" in target or target == "_deleted":
@@ -458,7 +457,7 @@ class RedisSink:
         self._check_target(target)
         head = f"{self._space_of(target)}:{target}:"
         held: dict[str, tuple[int, dict[str, Any]]] = {}
-        try:
+        with self._errors("scan"):
             keys = list(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT))
             for start in range(0, len(keys), SCAN_COUNT):
                 pipe = self._client.pipeline(transaction=False)
@@ -472,8 +471,6 @@ class RedisSink:
                     if isinstance(fields, dict) and VERSION_FIELD in fields:
                         version = int(fields.pop(VERSION_FIELD))
                         held[key[len(head) :]] = (version, fields)
-        except RedisError as err:
-            raise self._mapped(err, "scan") from None
         return held
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def classify(err: RedisError) -> str:
 _ACL_REFUSAL = "can't run this command or subcommand"
 
 
-def mapped(err: RedisError, what: str, url: str, sink: str, prefix: str) -> Exception:
+def root(err: RedisError, what: str, url: str, sink: str, prefix: str) -> Exception:
     """``err``, met during ``what`` by sink ``sink`` (server ``url``, keys under ``prefix``): Retryable or Fatal.
 
     A per-row reply outside ``write`` is fatal too. A refusal names what to grant.

@@ -177,7 +177,7 @@ ES_REJECTED: list[tuple[int, dict[str, Any]]] = [
 def es_answering(monkeypatch: pytest.MonkeyPatch, answers: list[dict[str, Any]]) -> ElasticsearchSink:
     """A sink whose bulk requests get ``answers`` as their items (the client never connects)."""
     sink = ElasticsearchSink("es-test", "http://127.0.0.1:1", index_prefix="cdc-")
-    monkeypatch.setattr(sink, "_call", lambda what, func, *a, **kw: {"items": [{"index": a} for a in answers]})
+    monkeypatch.setattr(sink._client, "bulk", lambda **kw: {"items": [{"index": a} for a in answers]})
     return sink
 
 
