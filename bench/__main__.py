@@ -302,7 +302,7 @@ def _live(
     until the last is in Kafka (capture, measured in the same phase): the
     difference is what the follower adds.
     """
-    from cdcsync.cli.run import stop_between_batches
+    from cdcsync.sync.daemon import stop_between_batches
     from cdcsync.sync.stream import start_query
 
     query = start_query(spark, config, cfg, follower, once=False)

@@ -121,7 +121,7 @@ def start_query(
             f"follower {cfg.name}: none of its tables' topics exist ({', '.join(missing)}); "
             "run `cdcsync connectors apply`"
         )
-    if missing:  # its other tables go on; the daemon restarts it once they exist (cli.run, sync.supervisor)
+    if missing:  # its other tables go on; the daemon restarts it once they exist (sync.daemon, sync.supervisor)
         log.warning(
             "follower=%s not following %s yet: no such topic; run `cdcsync connectors apply`", cfg.name, missing
         )
