@@ -199,7 +199,8 @@ def _again(follower: dict[str, Any], n: int, tag: str, tmp: Path) -> dict[str, A
 
 def _catch_up(spark: Any, config: Any, cfg: Any, topic: str, tmp: Path, tag: str) -> tuple[dict[str, Any], Any]:
     """A fresh follower applies the whole log, then the same documents go straight to the sink: one run's figures."""
-    from cdcsync.sync.stream import build_follower, start_query
+    from cdcsync.sync.build import build_follower
+    from cdcsync.sync.stream import start_query
 
     say(f"[{cfg.name}] catch-up from offset 0 ...")
     follower = build_follower(config, cfg, spark)

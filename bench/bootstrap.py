@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     from cdcsync.snapshot.source import bootstrap_from_source
     from cdcsync.spark import spark_session
     from cdcsync.state import base_dir
-    from cdcsync.sync.stream import build_follower, checkpoint_dir
+    from cdcsync.sync.build import build_follower
+    from cdcsync.sync.stream import checkpoint_dir
 
     tag = f"bboot{uuid.uuid4().hex[:6]}"
     table = f"bench_{tag}"

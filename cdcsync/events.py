@@ -55,9 +55,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
+
+
+class Record(NamedTuple):
+    """One record of a change topic, as Kafka holds it: a Debezium envelope under its key (a tombstone: no value)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
 
 MINOR_BITS = 16
 MINOR_MAX = (1 << MINOR_BITS) - 1

@@ -33,9 +33,10 @@ REPLACED_FILE_RETENTION = "interval 1 hours"
 # wrote the table's whole state, ~40 % slower than its neighbours). cdcsync writes them every 10 versions on a
 # thread beside the batches (sync/sinks/delta_checkpoints.py); this is only the fallback for other writers.
 CHECKPOINT_INTERVAL = "1000"
-# The daemon that forks the Python workers: Spark's own, after importing once what every worker's first task
-# imported (sync/worker_daemon.py). CDCSYNC_SPARK_WORKER_DAEMON=pyspark.daemon runs Spark's alone.
-WORKER_DAEMON = "cdcsync.sync.worker_daemon"
+# The fork server the Python workers are forked from: Spark's own (its pyspark.daemon), after importing once what
+# every worker's first task imported (sync/fork_server.py). CDCSYNC_SPARK_WORKER_DAEMON=pyspark.daemon, named
+# after Spark's spark.python.daemon.module, runs Spark's alone.
+FORK_SERVER = "cdcsync.sync.fork_server"
 
 
 def default_master() -> str:
@@ -138,7 +139,7 @@ def spark_session(
         # filesystem writes and renames a hidden .crc beside each small offset and commit file: twice the
         # file operations of every batch's two checkpoint writes (docs/performance.md, "checkpoint writes").
         .config("spark.hadoop.fs.AbstractFileSystem.file.impl", LOCAL_FILE_CONTEXT)
-        .config("spark.python.daemon.module", os.environ.get("CDCSYNC_SPARK_WORKER_DAEMON", WORKER_DAEMON))
+        .config("spark.python.daemon.module", os.environ.get("CDCSYNC_SPARK_WORKER_DAEMON", FORK_SERVER))
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

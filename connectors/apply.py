@@ -33,7 +33,7 @@ from cdcsync.connectors.preflight import run_preflight
 from cdcsync.connectors.render import properties_text, redact, render, secret_properties, secrets_file
 from cdcsync.connectors.topics import ensure_topics, topic_specs
 from cdcsync.errors import ConfigError, PreflightError
-from cdcsync.state import base_dir
+from cdcsync.state import base_dir, write_private
 
 
 @dataclass
@@ -92,7 +92,8 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
     try:
         for source in sources:
             if secrets[source.name]:
-                write_private(secrets_file(source, config, pending=True), properties_text(secrets[source.name]))
+                text = properties_text(secrets[source.name])
+                write_private(secrets_file(source, config, pending=True), text, to_dir_owner=True)
             pending = render(source, config, pending=True)
             for key, errors in client.validate(pending["connector.class"], {**pending, "name": source.name}).items():
                 invalid.append(f"connector {source.name}: {key}: {'; '.join(errors)}")
@@ -172,28 +173,6 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
 def _drop_pending(config: Config, sources: list[SourceConfig]) -> None:
     for source in sources:
         secrets_file(source, config, pending=True).unlink(missing_ok=True)
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a secrets file readable by its owner only (0600), atomically, for Connect's FileConfigProvider.
-
-    The directory is created 0700 when missing. Run as root (the local stack),
-    the file goes to the directory's owner: the user the Connect worker runs as
-    owns the secrets directory (deploy/local/stack.py creates it so).
-    """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        owner = path.parent.stat()
-        if os.geteuid() == 0 and owner.st_uid != 0:
-            os.chown(temp, owner.st_uid, owner.st_gid)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 def _changed_secrets(file: Path, wanted: dict[str, str]) -> set[str]:

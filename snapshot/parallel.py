@@ -1,8 +1,9 @@
 """Fill a store in several processes, for sinks whose apply rule ignores the order of writes.
 
-Two users: a long replay of the log (below), and a large table read from the
-source (``snapshot.source``: each JDBC piece is mapped and written in one of
-the ``Processes``).
+Two users: a long replay of the log (``snapshot.replay``: each slice of
+offsets is applied in one of the ``Processes``), and a large table read from
+the source (``snapshot.table_copy``: each JDBC piece is mapped and written in
+one of them).
 
 ``bootstrap --from topics`` and ``reindex`` parse, version and map every
 record in Python, and one process does all of it under one GIL: at 300k
@@ -11,8 +12,8 @@ machine a quarter idle (docs/performance.md, "Bootstrap from the topics in
 several processes"). So when the follower's sink can share its fill
 (``Sink.order_free``: Elasticsearch and Redis, where the newest version
 of a key wins whichever write lands last), a stretch of at least
-``MIN_RECORDS`` offsets is cut into slices of ``SLICE_RECORDS`` offsets of one
-partition, and ``PROCESSES`` processes apply them, each with its own follower
+``MIN_RECORDS`` offsets is cut into slices of offsets of one partition, and
+``PROCESSES`` processes apply them, each with its own follower
 writing where the caller's sink writes (the staged generation, or the live
 one after a reindex's publish).
 
@@ -31,77 +32,24 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-from confluent_kafka import TopicPartition
+from typing import Any, NamedTuple
 
 from cdcsync.config import Config
 from cdcsync.errors import FatalError
-from cdcsync.sync.follower import BatchCounts, Follower
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Generations
 
-if TYPE_CHECKING:
-    from cdcsync.snapshot.replay import Summary
-
 PROCESSES = 2  # two cores: a third process measured no faster (docs/performance.md)
-SLICE_RECORDS = 100_000  # offsets per slice: progress per slice, and the work spread evenly
-MIN_RECORDS = 2 * SLICE_RECORDS  # fewer: one process, no start-up (~1 s to spawn and import)
-
-Slice = tuple[str, int, int, int]  # topic, partition, first offset, end offset (excluded)
-
-
-def shared(follower: Follower, starts: dict[TopicPartition, int], ends: dict[TopicPartition, int]) -> bool:
-    """Whether this stretch goes to several processes: a sink that can share its fill, and enough records."""
-    return shares(follower, sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items()))
+MIN_RECORDS = 200_000  # fewer records or rows: one process, no start-up (~1 s to spawn and import)
 
 
 def shares(follower: Follower, records: int) -> bool:
     """Whether ``records`` records (or rows) into this follower go to several processes."""
     return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and follower.sink.order_free
-
-
-def slices(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], most: int, ways: int) -> list[Slice]:
-    """Each partition's offsets from its start up to its end, in offset order, in pieces of at most ``most``.
-
-    The pieces are of one size, in a number that ``ways`` processes share
-    evenly: a last piece alone in one process while the others wait cost a
-    third of a two-process replay of 300k records.
-    """
-    records = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
-    count = ways * max(1, -(-records // (ways * max(1, most))))
-    size = max(1, -(-records // count))
-    out: list[Slice] = []
-    for tp, end in ends.items():
-        for low in range(starts.get(tp, 0), end, size):
-            out.append((tp.topic, tp.partition, low, min(end, low + size)))
-    return out
-
-
-def replay_shared(
-    config: Config,
-    follower: Follower,
-    starts: dict[TopicPartition, int],
-    ends: dict[TopicPartition, int],
-    summary: Summary,
-    handed: Callable[[int], None],
-) -> None:
-    """Apply every record of the stretch in ``PROCESSES`` processes; ``summary`` gets each slice's counts."""
-    pieces = slices(starts, ends, SLICE_RECORDS, PROCESSES)
-    learned: dict[str, tuple[int, TableMapping]] = {}  # topic -> (start of the slice that saw it, its shape)
-    with Processes(config, follower, len(pieces)) as processes:
-        for future in as_completed([processes.submit(_apply, piece) for piece in pieces]):
-            piece, counts, mapping = processes.result(future)
-            summary.add(counts)
-            handed(counts.records)
-            topic, start = piece[0], piece[2]
-            if mapping != follower.mappings[topic] and start >= learned.get(topic, (-1, mapping))[0]:
-                learned[topic] = (start, mapping)
-    for topic, (_start_offset, mapping) in learned.items():  # the store has it already: the processes told it
-        follower.mappings[topic] = mapping
 
 
 class Processes:
@@ -173,7 +121,7 @@ _followers: dict[str, Follower] = {}  # in each replay process: its follower, bu
 
 def follower_of(setup: Setup) -> Follower:
     """This process's follower for ``setup``, built by its first call."""
-    from cdcsync.sync.stream import build_follower
+    from cdcsync.sync.build import build_follower
 
     if setup.follower not in _followers:
         cfg = next(f for f in setup.config.followers if f.name == setup.follower)
@@ -185,19 +133,3 @@ def follower_of(setup: Setup) -> Follower:
 
 def _ready(setup: Setup) -> None:
     follower_of(setup)
-
-
-def _apply(setup: Setup, piece: Slice) -> tuple[Slice, BatchCounts, TableMapping]:
-    """One slice through this process's follower, as ``snapshot.replay.replay`` applies a stretch in one process."""
-    from cdcsync.snapshot.replay import REPLAY_CALL_RECORDS, replay_here
-
-    topic, partition, start, end = piece
-    follower = follower_of(setup)
-    where, total = TopicPartition(topic, partition), BatchCounts()
-    for counts in replay_here(setup.config, follower, {where: start}, {where: end}, REPLAY_CALL_RECORDS, print_nothing):
-        total = total.merge(counts)
-    return piece, total, follower.mappings[topic]
-
-
-def print_nothing(records: int) -> None:
-    """A slice's progress: the caller shows it per slice, from the counts."""

@@ -60,10 +60,10 @@ from cdcsync.snapshot.bootstrap import Busy, follower_lock
 from cdcsync.snapshot.replay import Offsets, Progress, Summary, capture, offsets_json, publish, replay
 from cdcsync.state import base_dir
 from cdcsync.sync import rebuild
+from cdcsync.sync.build import build_follower
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.position import record_reindexed
-from cdcsync.sync.stream import build_follower
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

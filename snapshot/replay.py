@@ -6,7 +6,8 @@ consumer that never commits nor joins a group) and hands them to the
 follower's own batch path (parse, dead letters, last per key, versioned
 writes) in calls of ``BATCH_ROWS`` or, for a sink that writes in chunks,
 ``REPLAY_CALL_RECORDS`` records; a long stretch into an order-free sink may
-go to several processes (``snapshot.parallel``). ``publish`` then shows the
+go to several processes (``snapshot.parallel``), in slices of
+``SLICE_RECORDS`` offsets of one partition. ``publish`` then shows the
 staged store, retried on a retryable failure. ``Summary`` counts what was
 done; ``progress_bar`` shows it as it goes.
 """
@@ -17,6 +18,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +26,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdcsync.config import Config
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.sync.follower import BatchCounts, Follower, Record
+from cdcsync.events import Record
+from cdcsync.snapshot import parallel
+from cdcsync.sync.follower import BatchCounts, Follower
+from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Sink
 
 BATCH_ROWS = 5000  # records per follower.process call of a bootstrap (the sink writes them in its own chunks)
@@ -33,7 +38,9 @@ BATCH_ROWS = 5000  # records per follower.process call of a bootstrap (the sink 
 # parsed. Memory is the chunks in flight and one read_window list, whatever this is (docs/performance.md,
 # "Bootstrap from the topics").
 REPLAY_CALL_RECORDS = 50_000
+SLICE_RECORDS = 100_000  # offsets per slice in several processes: progress per slice, the work spread evenly
 Offsets = dict[TopicPartition, int]
+Slice = tuple[str, int, int, int]  # topic, partition, first offset, end offset (excluded)
 Progress = Callable[[int, int, float], None]
 
 
@@ -183,10 +190,8 @@ def replay(
         if progress:
             progress(done, total, time.monotonic() - started)
 
-    from cdcsync.snapshot import parallel  # it reads the log with this module's functions
-
-    if parallel.shared(follower, starts, ends):
-        parallel.replay_shared(config, follower, starts, ends, summary, handed)
+    if shared(follower, starts, ends):
+        replay_shared(config, follower, starts, ends, summary, handed)
         return
     for counts in replay_here(config, follower, starts, ends, per_call, handed, first_batch=summary.batches):
         summary.add(counts)
@@ -260,3 +265,65 @@ def progress_bar(done: int, total: int, elapsed: float, label: str = "bootstrap"
 
 def as_json(summary: Summary) -> dict[str, Any]:
     return {**summary.__dict__}
+
+
+# ------------------------------------------------------------------ in several processes
+
+
+def shared(follower: Follower, starts: dict[TopicPartition, int], ends: dict[TopicPartition, int]) -> bool:
+    """Whether this stretch goes to several processes: a sink that can share its fill, and enough records."""
+    return parallel.shares(follower, sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items()))
+
+
+def slices(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], most: int, ways: int) -> list[Slice]:
+    """Each partition's offsets from its start up to its end, in offset order, in pieces of at most ``most``.
+
+    The pieces are of one size, in a number that ``ways`` processes share
+    evenly: a last piece alone in one process while the others wait cost a
+    third of a two-process replay of 300k records.
+    """
+    records = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
+    count = ways * max(1, -(-records // (ways * max(1, most))))
+    size = max(1, -(-records // count))
+    out: list[Slice] = []
+    for tp, end in ends.items():
+        for low in range(starts.get(tp, 0), end, size):
+            out.append((tp.topic, tp.partition, low, min(end, low + size)))
+    return out
+
+
+def replay_shared(
+    config: Config,
+    follower: Follower,
+    starts: dict[TopicPartition, int],
+    ends: dict[TopicPartition, int],
+    summary: Summary,
+    handed: Callable[[int], None],
+) -> None:
+    """Apply every record of the stretch in ``parallel.PROCESSES`` processes, slice by slice; ``summary`` adds up."""
+    pieces = slices(starts, ends, SLICE_RECORDS, parallel.PROCESSES)
+    learned: dict[str, tuple[int, TableMapping]] = {}  # topic -> (start of the slice that saw it, its shape)
+    with parallel.Processes(config, follower, len(pieces)) as processes:
+        for future in as_completed([processes.submit(_apply_slice, piece) for piece in pieces]):
+            piece, counts, mapping = processes.result(future)
+            summary.add(counts)
+            handed(counts.records)
+            topic, start = piece[0], piece[2]
+            if mapping != follower.mappings[topic] and start >= learned.get(topic, (-1, mapping))[0]:
+                learned[topic] = (start, mapping)
+    for topic, (_start_offset, mapping) in learned.items():  # the store has it already: the processes told it
+        follower.mappings[topic] = mapping
+
+
+def _apply_slice(setup: parallel.Setup, piece: Slice) -> tuple[Slice, BatchCounts, TableMapping]:
+    """In a process of ``snapshot.parallel``: one slice through its follower, as ``replay_here`` applies a stretch."""
+    topic, partition, start, end = piece
+    follower = parallel.follower_of(setup)
+    where, total = TopicPartition(topic, partition), BatchCounts()
+    for counts in replay_here(setup.config, follower, {where: start}, {where: end}, REPLAY_CALL_RECORDS, print_nothing):
+        total = total.merge(counts)
+    return piece, total, follower.mappings[topic]
+
+
+def print_nothing(records: int) -> None:
+    """A slice's progress: the caller shows it per slice, from the counts."""

@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, TopicPartition
 from cdcsync.config import Config, FollowerConfig, SourceConfig
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.errors import FatalError
-from cdcsync.events import PoisonRecord, parse_record
+from cdcsync.events import PoisonRecord, Record, parse_record
 from cdcsync.snapshot import jdbc, parallel, table_copy
 from cdcsync.snapshot.bootstrap import record_start
 from cdcsync.snapshot.reads import PostgresRead, SourceRead, open_read, wait_passed
@@ -47,7 +47,7 @@ from cdcsync.snapshot.replay import BATCH_ROWS, Summary, end_offsets, publish, r
 from cdcsync.snapshot.replay import consumer as kafka_consumer
 from cdcsync.snapshot.table_copy import Plan, ReadAhead, versions_of
 from cdcsync.sync import rebuild
-from cdcsync.sync.follower import Follower, Record
+from cdcsync.sync.follower import Follower
 
 if TYPE_CHECKING:
     from pathlib import Path

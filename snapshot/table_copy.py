@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdcsync.config import TableRef
-from cdcsync.events import Change, PoisonRecord
+from cdcsync.events import Change, PoisonRecord, Record
 from cdcsync.snapshot import jdbc, parallel
 from cdcsync.snapshot.reads import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
 from cdcsync.snapshot.replay import BATCH_ROWS
-from cdcsync.sync.follower import BatchCounts, Follower, Record, snapshot_record
+from cdcsync.sync.follower import BatchCounts, Follower, snapshot_record
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id
 from cdcsync.sync.sink import Row
 from cdcsync.sync.values import convert

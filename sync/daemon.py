@@ -32,8 +32,9 @@ from cdcsync import lagpage, metrics
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError
 from cdcsync.sync import rebuild
+from cdcsync.sync.build import build_follower
 from cdcsync.sync.position import check_position
-from cdcsync.sync.stream import build_follower, checkpoint_dir, present_topics, start_query
+from cdcsync.sync.stream import checkpoint_dir, present_topics, start_query
 from cdcsync.sync.supervisor import Relaunch, Supervisor
 
 if TYPE_CHECKING:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import RetryableError
-
-if TYPE_CHECKING:
-    from cdcsync.sync.follower import Record
+from cdcsync.events import Record
 
 QUEUE_FULL_ATTEMPTS, QUEUE_FULL_WAIT_S = 3, 20.0  # a dead letter's tries while the producer's queue is full
 

@@ -24,35 +24,26 @@ Why this is still effectively once, in order:
 A Python worker keeps its follower (sink client, dead-letter producer) between
 batches: Spark reuses workers (``spark.python.worker.reuse``).
 
-Secrets are not shipped (docs/secrets.md). A task receives the config as
-``Config.redacted()`` (every password, API key and secret-looking property
-masked) and the path of a file the driver wrote, mode 0600 under the state
-directory, holding this follower's secrets (and the MariaDB sources'
-passwords its snapshot-row lookup needs); the worker puts them back.
-Locally the workers are the driver's user on the driver's machine and read
-it. On a cluster that path must be on storage every executor sees (readable
-only by the user Spark runs as), or, when it is absent, the worker takes the
-secrets from its own environment: ``CDCSYNC_FOLLOWER_<NAME>_PASSWORD``,
-``..._API_KEY`` and ``CDCSYNC_KAFKA_PROPERTY_<KEY>`` (set on each worker
-node, e.g. in ``conf/spark-env.sh``).
+Secrets are not shipped with the config: ``sync.shipped`` says how a worker
+gets them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdcsync import metrics
-from cdcsync.config import ENV_PREFIX, MASK, Config
-from cdcsync.errors import FatalError
+from cdcsync.config import Config
+from cdcsync.sync.build import build_follower
 from cdcsync.sync.follower import BatchCounts, Follower, arrow_records
+from cdcsync.sync.fork_server import reread_zips_only_when_changed
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.shape import shape_changed, shapes_changed
+from cdcsync.sync.shipped import shipped_config, worker_secrets
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -112,44 +103,6 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
 FAILED_AFTER = re.compile(r"sink still failing after (\d+) attempts")
 
 
-def reread_zips_only_when_changed() -> None:
-    """In this Python worker, stop every task re-reading the zip archives on ``sys.path`` that have not changed.
-
-    Spark starts each task in a worker with ``importlib.invalidate_caches()``
-    (``pyspark.worker_util.setup_spark_files``), and on Python before 3.13 a
-    ``zipimporter`` then re-reads its archive's whole directory. Spark puts
-    three archives on the workers' path: ``pyspark.zip`` (1,220 entries) and the
-    spark-core jar (5,261), about 0.1-0.35 s of CPU per task on this machine;
-    py-spy found half of the workers' samples there during a catch-up. An
-    archive whose size and modification time are unchanged is skipped; a
-    changed one is read again, as before. Worker processes are reused between
-    tasks (``spark.python.worker.reuse``), so this is paid once per worker, and
-    not even once by a worker forked from cdcsync's daemon, which read the
-    archives before it forked (``sync.worker_daemon``). Tasks still call it, for
-    workers forked by Spark's own daemon (``CDCSYNC_SPARK_WORKER_DAEMON``).
-    """
-    import zipimport
-
-    reread = zipimport.zipimporter.invalidate_caches
-    if getattr(reread, "cdcsync_lazy", False):
-        return
-    seen: dict[str, tuple[int, int]] = {}
-
-    def invalidate_caches(self: zipimport.zipimporter) -> None:
-        try:
-            stat = os.stat(self.archive)
-        except OSError:
-            reread(self)
-            return
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        if seen.get(self.archive) != stamp:
-            reread(self)
-            seen[self.archive] = stamp
-
-    invalidate_caches.cdcsync_lazy = True  # type: ignore[attr-defined]
-    zipimport.zipimporter.invalidate_caches = invalidate_caches  # type: ignore[method-assign]
-
-
 def count_failed_retries(follower: str, error: str) -> None:
     """A batch whose tasks gave up on the sink: count their retries, which no BatchCounts brings back."""
     for attempts in FAILED_AFTER.findall(error):
@@ -159,12 +112,10 @@ def count_failed_retries(follower: str, error: str) -> None:
 def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMapping]) -> Follower:
     """This worker's follower: built on its first batch, reused after (connections, producer)."""
     shipped = json.loads(config_json)
-    secrets = _worker_secrets(shipped, name)
+    secrets = worker_secrets(shipped, name)
     key = (config_json, name, hash(tuple(secrets)))  # a rotated secret builds a new follower
     follower = _followers.get(key)
     if follower is None:
-        from cdcsync.sync.stream import build_follower
-
         config = Config.with_secrets(shipped["config"], dict(secrets))
         cfg = next(f for f in config.followers if f.name == name)
         # The driver opened the sink (indexes, aliases, scripts); a worker only writes to it.
@@ -176,59 +127,3 @@ def _worker_follower(config_json: str, name: str, mappings: Mapping[str, TableMa
             oldest = next(iter(_followers))
             _followers.pop(oldest).sink.close()
     return follower
-
-
-def shipped_config(config: Config, name: str) -> str:
-    """What tasks receive: the redacted config and where follower ``name``'s secrets are (module docstring)."""
-    from cdcsync.state import base_dir
-
-    index = next(i for i, f in enumerate(config.followers) if f.name == name)
-    binlog = {("sources", i, "password") for i, s in enumerate(config.sources) if s.kind != "postgres"}
-    mine = [
-        [list(p), v]
-        for p, v in config.secrets().items()
-        if p[0] == "kafka" or p[:2] == ("followers", index) or p in binlog  # binlog: the snapshot-row lookup
-    ]
-    path = base_dir(config) / "secrets" / f"{name}.json"
-    if mine:
-        write_private(path, json.dumps(mine))
-    else:
-        path.unlink(missing_ok=True)
-    return json.dumps({"config": config.redacted(), "secrets_file": str(path), "secrets": bool(mine)})
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by this user only (0600, directory 0700), atomically."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.replace(temp, path)
-
-
-def _worker_secrets(shipped: dict[str, Any], name: str) -> list[tuple[tuple[str | int, ...], str]]:
-    """This worker's secrets for follower ``name``: the driver's file, else this worker's environment."""
-    if not shipped["secrets"]:
-        return []
-    file = Path(shipped["secrets_file"])
-    if file.exists():
-        return [(tuple(path), value) for path, value in json.loads(file.read_text())]
-    found: list[tuple[tuple[str | int, ...], str]] = []
-    config = shipped["config"]
-    index = next(i for i, f in enumerate(config["followers"]) if f["name"] == name)
-    for key in ("password", "api_key"):
-        var = f"{ENV_PREFIX}FOLLOWER_{name.upper()}_{key.upper()}"
-        if config["followers"][index].get(key) == MASK:
-            if var not in os.environ:
-                raise FatalError(
-                    f"follower {name}: this Spark worker cannot read {file} and {var} is not set in its environment; "
-                    "put the file on storage every executor sees or set the variable on each worker (docs/secrets.md)"
-                )
-            found.append((("followers", index, key), os.environ[var]))
-    for section, prefix in (("properties", "KAFKA_PROPERTY_"), ("java_properties", "KAFKA_JAVA_PROPERTY_")):
-        for prop, value in config["kafka"][section].items():
-            var = ENV_PREFIX + prefix + prop.upper().replace(".", "_")
-            if value == MASK and var in os.environ:
-                found.append((("kafka", section, prop), os.environ[var]))
-    return found

@@ -30,13 +30,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
 from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.events import BinlogSeq, Change, PoisonRecord, SnapshotLsn, parse_record
+from cdcsync.events import BinlogSeq, Change, PoisonRecord, Record, SnapshotLsn, parse_record
 from cdcsync.sync import shape
 from cdcsync.sync.dead_letters import DeadLetters
 from cdcsync.sync.mapping import TableMapping, map_row
@@ -64,14 +64,6 @@ def tune_gc() -> None:
         gc.freeze()
         gc.set_threshold(50_000, 20, 20)
         _gc_tuned = True
-
-
-class Record(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
 
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value")  # of Spark's Kafka source

@@ -1,8 +1,7 @@
 """One PySpark Structured Streaming query per follower: Kafka source, ``foreachBatch``, own checkpoint.
 
-This module builds a follower (``build_follower``) and starts its query
-(``start_query``); the sinks are made in ``sync.sinks``, the dead-letter
-topic in ``sync.follower``, positions are kept in ``sync.position``.
+This module starts a follower's query (``start_query``); the follower is
+built in ``sync.build``, positions are kept in ``sync.position``.
 
 Followers never block each other: each is its own query with its own
 checkpoint directory (its position in the log) and its own sink. The batch
@@ -27,16 +26,12 @@ from typing import TYPE_CHECKING
 from confluent_kafka.admin import AdminClient
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import FatalError, RetryableError
-from cdcsync.resolvers import BinlogPositions, SnapshotLsns
+from cdcsync.errors import RetryableError
+from cdcsync.events import Record
 from cdcsync.state import base_dir
-from cdcsync.sync import batching, executors, rebuild
-from cdcsync.sync.catalog import learner, mappings_for
-from cdcsync.sync.dead_letters import DeadLetters, ensure_dead_letter_topic
-from cdcsync.sync.follower import Follower, Record, arrow_records, tune_gc
-from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync import batching, executors
+from cdcsync.sync.follower import Follower, arrow_records
 from cdcsync.sync.position import check_position, checkpoint_dir, resume_position, start_file
-from cdcsync.sync.sinks import build_sink
 
 log = logging.getLogger("cdcsync.stream")
 
@@ -67,48 +62,6 @@ def present_topics(config: Config, topics: list[str]) -> list[str]:
     """The topics among ``topics`` that exist: a table whose connector was not applied yet has none."""
     metadata = AdminClient(config.kafka.client_config()).list_topics(timeout=30).topics
     return [t for t in topics if t in metadata]
-
-
-def build_follower(
-    config: Config,
-    follower: FollowerConfig,
-    spark: SparkSession | None,
-    mappings: dict[str, TableMapping] | None = None,
-    open_sink: bool = True,
-    fill: bool = False,
-) -> Follower:
-    """The follower with its sink and dead-letter topic; by default for all its tables.
-
-    ``open_sink=False`` leaves the live store alone (no index, alias or table
-    created): bootstrap and reindex ``stage`` a new store instead, and a new
-    follower's readers must see nothing until it is published. ``fill``: the
-    follower of a bootstrap or reindex filling that staged store, on the
-    driver and alone, writes with the sink's ``fill_writers``.
-    """
-    mappings = mappings_for(config, follower) if mappings is None else mappings
-    if not mappings:
-        raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")
-    tune_gc()
-    sink = build_sink(config, follower, spark)
-    if open_sink:
-        sink.open(list(mappings.values()))
-    ensure_dead_letter_topic(config, follower)
-    built = Follower(
-        follower.name,
-        sink,
-        mappings,
-        DeadLetters(config.kafka.client_config(), follower.dlq_topic, follower.name),
-        max_attempts=follower.sink_attempts,
-        binlog_seq=BinlogPositions.of(config),
-        snapshot_lsn=SnapshotLsns.of(config),
-        learn=learner(config, follower),
-        rebuild_needed=lambda mapping, reason: rebuild.mark(config, follower.name, mapping.table, reason),
-        remember=lambda known: rebuild.remember(config, follower.name, known),
-        writers=sink.fill_writers if fill else None,
-    )
-    if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
-        rebuild.changed_while_stopped(config, built)
-    return built
 
 
 def start_query(

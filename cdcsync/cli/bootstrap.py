@@ -36,9 +36,10 @@ def bootstrap(
     from cdcsync.snapshot.replay import as_json as summary_json
     from cdcsync.snapshot.replay import progress_bar
     from cdcsync.state import base_dir
+    from cdcsync.sync.build import build_follower
     from cdcsync.sync.catalog import mappings_for
     from cdcsync.sync.sinks import needs_spark
-    from cdcsync.sync.stream import build_follower, checkpoint_dir
+    from cdcsync.sync.stream import checkpoint_dir
 
     config = load(ctx)
     cfg = config.follower(follower)

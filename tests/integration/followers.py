@@ -24,8 +24,9 @@ from elasticsearch import Elasticsearch
 from cdcsync.config import Config
 from cdcsync.connectors.apply import apply
 from cdcsync.state import base_dir
+from cdcsync.sync.build import build_follower
 from cdcsync.sync.sinks import build_sink
-from cdcsync.sync.stream import build_follower, checkpoint_dir, start_file, start_query
+from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
 from cdcsync.sync.verify import TableReport, verify_follower
 from tests.support import ENV, drop_capture, execute, read_topic, source_dict, uid, wait_streaming
 

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from cdcsync.errors import FatalError
-from cdcsync.snapshot import parallel
+from cdcsync.snapshot import parallel, replay
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
 from cdcsync.state import base_dir
-from cdcsync.sync.stream import build_follower, checkpoint_dir, start_file, start_query
+from cdcsync.sync.build import build_follower
+from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
 from tests.integration.followers import numbered_table, scenario, writing
 from tests.support import execute, killing_a_child_process, uid
 
@@ -39,12 +40,12 @@ def test_bootstrap_under_writes_then_stream_from_the_recorded_offsets(
     1,000 offsets; the warehouse in one (its MERGEs need the log's order)."""
     shared: list[str] = []
     if processes > 1:
-        replay_shared = parallel.replay_shared
+        replay_shared = replay.replay_shared
         monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
-        monkeypatch.setattr(parallel, "SLICE_RECORDS", 1000)
+        monkeypatch.setattr(replay, "SLICE_RECORDS", 1000)
         monkeypatch.setattr(parallel, "PROCESSES", processes)
         monkeypatch.setattr(
-            parallel,
+            replay,
             "replay_shared",
             lambda config, follower, *a: (shared.append(follower.name), replay_shared(config, follower, *a)),
         )
@@ -120,7 +121,7 @@ def test_a_replay_process_killed_mid_bootstrap_fails_it_loudly(
     """A replay process that dies (out of memory, killed) fails the bootstrap with an error naming the follower;
     nothing waits for its slice for ever, and nothing is published or recorded."""
     monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
-    monkeypatch.setattr(parallel, "SLICE_RECORDS", 500)
+    monkeypatch.setattr(replay, "SLICE_RECORDS", 500)
     t = f"boot_{uid()}"
     with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, numbered_table(t, 3000)) as sc:
         sc.caught_up()

@@ -20,7 +20,8 @@ from cdcsync.config import SourceConfig
 from cdcsync.errors import FatalError
 from cdcsync.snapshot.source import bootstrap_from_source
 from cdcsync.state import base_dir
-from cdcsync.sync.stream import build_follower, checkpoint_dir, start_file
+from cdcsync.sync.build import build_follower
+from cdcsync.sync.stream import checkpoint_dir, start_file
 from tests.integration.followers import Scenario, scenario
 from tests.support import execute, killing_a_child_process, maria_connect, pg_connect, uid
 

@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from cdcsync.spark import FETCHED_DATA_IDLE
-from cdcsync.sync.stream import build_follower, start_query
+from cdcsync.sync.build import build_follower
+from cdcsync.sync.stream import start_query
 from tests.integration.followers import scenario
 from tests.support import uid
 

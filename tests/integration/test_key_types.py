@@ -18,7 +18,8 @@ import pytest
 
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
 from cdcsync.state import base_dir
-from cdcsync.sync.stream import build_follower, checkpoint_dir
+from cdcsync.sync.build import build_follower
+from cdcsync.sync.stream import checkpoint_dir
 from tests.integration.followers import Scenario, scenario
 from tests.support import execute, uid
 

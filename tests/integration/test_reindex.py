@@ -23,7 +23,8 @@ from cdcsync.snapshot import bootstrap, parallel
 from cdcsync.snapshot import replay as engine
 from cdcsync.snapshot.reindex import reindex
 from cdcsync.state import base_dir
-from cdcsync.sync.stream import build_follower, checkpoint_dir, start_query
+from cdcsync.sync.build import build_follower
+from cdcsync.sync.stream import checkpoint_dir, start_query
 from tests.integration.followers import Scenario, numbered_table, scenario, writing
 from tests.support import ENV, uid
 

@@ -26,8 +26,8 @@ import pytest
 from cdcsync.connectors.apply import apply
 from cdcsync.snapshot.source import bootstrap_from_source
 from cdcsync.state import base_dir
+from cdcsync.sync.build import build_follower
 from cdcsync.sync.position import checkpoint_dir
-from cdcsync.sync.stream import build_follower
 from tests.integration.followers import numbered_table, scenario
 from tests.integration.resnapshot import lose_capture
 from tests.support import execute, pg_admin, pg_connect, read_topic, uid, wait_streaming

@@ -297,7 +297,7 @@ def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
     from cdcsync.errors import FatalError
     from cdcsync.snapshot.reindex import reindex
     from cdcsync.sync import rebuild
-    from cdcsync.sync.stream import build_follower
+    from cdcsync.sync.build import build_follower
 
     t = f"kind_{kind[:2]}_{uid()}"
     ns = "public" if kind == "postgres" else "inventory"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from cdcsync.sync.follower import BatchCounts, Record, arrow_records
+from cdcsync.events import Record
+from cdcsync.sync.follower import BatchCounts, arrow_records
 
 
 def _batch(rows: list[tuple]) -> pa.RecordBatch:

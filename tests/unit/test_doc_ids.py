@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from cdcsync.events import PoisonRecord
-from cdcsync.sync.follower import Follower, Record
+from cdcsync.events import PoisonRecord, Record
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import TableMapping, doc_id
 from cdcsync.sync.sink import Row, WriteResult
 

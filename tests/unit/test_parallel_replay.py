@@ -1,4 +1,4 @@
-"""snapshot.parallel.slices: a stretch of the log cut into even pieces that several processes share."""
+"""snapshot.replay.slices: a stretch of the log cut into even pieces that several processes share."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import TopicPartition
 
-from cdcsync.snapshot import parallel
-from cdcsync.snapshot.parallel import slices
+from cdcsync.snapshot import parallel, replay
+from cdcsync.snapshot.replay import slices
 from cdcsync.sync.sinks.redis import RedisSink
 
 
@@ -44,10 +44,10 @@ def test_only_a_long_stretch_into_a_sink_that_shares_its_fill_goes_to_several_pr
     redis_follower = SimpleNamespace(sink=RedisSink("cache", "redis://127.0.0.1:1/0"))  # no connection is made
     other = SimpleNamespace(sink=SimpleNamespace(order_free=False))  # a sink whose writes must stay in order (Delta)
     long = {TopicPartition("t", 0): parallel.MIN_RECORDS}
-    assert parallel.shared(redis_follower, {}, long)  # type: ignore[arg-type]
-    assert not parallel.shared(other, {}, long)  # type: ignore[arg-type]
-    assert not parallel.shared(redis_follower, {TopicPartition("t", 0): 1}, long)  # type: ignore[arg-type]
+    assert replay.shared(redis_follower, {}, long)  # type: ignore[arg-type]
+    assert not replay.shared(other, {}, long)  # type: ignore[arg-type]
+    assert not replay.shared(redis_follower, {TopicPartition("t", 0): 1}, long)  # type: ignore[arg-type]
     monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
-    assert not parallel.shared(redis_follower, {}, {TopicPartition("t", 0): 0})  # type: ignore[arg-type]
+    assert not replay.shared(redis_follower, {}, {TopicPartition("t", 0): 0})  # type: ignore[arg-type]
     monkeypatch.setattr(parallel, "PROCESSES", 1)
-    assert not parallel.shared(redis_follower, {}, long)  # type: ignore[arg-type]
+    assert not replay.shared(redis_follower, {}, long)  # type: ignore[arg-type]

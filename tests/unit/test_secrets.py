@@ -20,6 +20,7 @@ from cdcsync.connectors.render import properties_text, render, secret_properties
 from cdcsync.errors import ConfigError
 from cdcsync.resolvers import BinlogPositions
 from cdcsync.sync import executors
+from cdcsync.sync.shipped import shipped_config, worker_secrets
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 
@@ -77,10 +78,10 @@ def assert_not_shipped(config: Config) -> None:
 
 def test_a_task_gets_its_followers_secrets_back_from_a_private_file(tmp_path: Path) -> None:
     config = Config.model_validate(raw_config(tmp_path))
-    shipped = json.loads(executors.shipped_config(config, "cache"))
+    shipped = json.loads(shipped_config(config, "cache"))
     file = Path(shipped["secrets_file"])
     assert stat.S_IMODE(file.stat().st_mode) == 0o600 and stat.S_IMODE(file.parent.stat().st_mode) == 0o700
-    rebuilt = Config.with_secrets(shipped["config"], dict(executors._worker_secrets(shipped, "cache")))
+    rebuilt = Config.with_secrets(shipped["config"], dict(worker_secrets(shipped, "cache")))
     cache = rebuilt.follower("cache")
     assert cache.password is not None and cache.password.get_secret_value() == SECRET
     assert rebuilt.kafka.properties["sasl.password"] == SECRET
@@ -93,12 +94,12 @@ def test_a_task_without_the_file_reads_the_environment_or_says_what_is_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = Config.model_validate(raw_config(tmp_path))
-    shipped = json.loads(executors.shipped_config(config, "keyed"))
+    shipped = json.loads(shipped_config(config, "keyed"))
     Path(shipped["secrets_file"]).unlink()  # an executor on another machine
     with pytest.raises(Exception, match="CDCSYNC_FOLLOWER_KEYED_API_KEY"):
-        executors._worker_secrets(shipped, "keyed")
+        worker_secrets(shipped, "keyed")
     monkeypatch.setenv("CDCSYNC_FOLLOWER_KEYED_API_KEY", "from-env")
-    assert dict(executors._worker_secrets(shipped, "keyed"))[("followers", 2, "api_key")] == "from-env"
+    assert dict(worker_secrets(shipped, "keyed"))[("followers", 2, "api_key")] == "from-env"
 
 
 def test_url_credentials_move_out_of_the_url_and_every_secret_is_redacted(tmp_path: Path) -> None:
@@ -177,10 +178,10 @@ def test_properties_text_escapes_what_java_would_misread() -> None:
 
 
 def test_apply_writes_the_secrets_file_owner_only(tmp_path: Path) -> None:
-    from cdcsync.connectors.apply import write_private
+    from cdcsync.state import write_private
 
     path = tmp_path / "s" / "pg.properties"
-    write_private(path, "k=v\n")
+    write_private(path, "k=v\n", to_dir_owner=True)
     assert path.read_text() == "k=v\n" and stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not [p for p in path.parent.iterdir() if p.name != "pg.properties"], "a temporary file was left"
     assert os.stat(path).st_uid == os.stat(path.parent).st_uid

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from cdcsync.events import Record
 from cdcsync.sync.dead_letters import DeadLetters
-from cdcsync.sync.follower import Follower, Record
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.shape import ShapeChanged, shape_changed, shapes_changed
 from cdcsync.sync.sink import Row, WriteResult

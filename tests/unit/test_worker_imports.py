@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdcsync.sync.executors import reread_zips_only_when_changed
+from cdcsync.sync.fork_server import reread_zips_only_when_changed
 
 
 def write_zip(path: Path, modules: dict[str, str]) -> None:

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from cdcsync.events import Record
 from cdcsync.sync.dead_letters import DeadLetters
-from cdcsync.sync.follower import Follower, Record
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.sink import Sink
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from cdcsync.sync.sinks.redis import RedisSink

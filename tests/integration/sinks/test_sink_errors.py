@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from elasticsearch import Elasticsearch
 
 from cdcsync.errors import FatalError, RetryableError
-from cdcsync.events import Change
+from cdcsync.events import Change, Record
 from cdcsync.sync.dead_letters import DeadLetters
-from cdcsync.sync.follower import BatchCounts, Follower, Record
+from cdcsync.sync.follower import BatchCounts, Follower
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Row, Sink
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink

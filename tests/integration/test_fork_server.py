@@ -1,7 +1,7 @@
-"""Spark forks the followers' Python workers from cdcsync's daemon, which imported their modules once.
+"""Spark forks the followers' Python workers from cdcsync's fork server, which imported their modules once.
 
 What that saves is measured by ``python -m bench.freshness`` (docs/performance.md, "Python workers forked
-warm"); here: the workers are the real Spark's, forked from ``cdcsync.sync.worker_daemon``, and they find what
+warm"); here: the workers are the real Spark's, forked from ``cdcsync.sync.fork_server``, and they find what
 a follower's task needs already loaded before it imports anything itself.
 """
 
@@ -12,19 +12,19 @@ from typing import Any
 
 import pytest
 
-from cdcsync.sync.worker_daemon import PRELOAD
+from cdcsync.sync.fork_server import PRELOAD
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     from cdcsync.spark import spark_session
 
-    session = spark_session("cdcsync-worker-daemon-tests")
+    session = spark_session("cdcsync-fork-server-tests")
     yield session
     session.stop()
 
 
-def test_workers_are_forked_from_cdcsyncs_daemon_with_the_followers_modules_loaded(spark: Any) -> None:
+def test_workers_are_forked_from_cdcsyncs_fork_server_with_the_followers_modules_loaded(spark: Any) -> None:
     preload = PRELOAD
 
     def probe(batches: Iterator[Any]) -> Iterator[Any]:  # nested: pickled by value, imports nothing of cdcsync
@@ -52,6 +52,6 @@ def test_workers_are_forked_from_cdcsyncs_daemon_with_the_followers_modules_load
     )
     assert len(rows) == tasks
     for row in rows:
-        assert "-m cdcsync.sync.worker_daemon pyspark.worker" in row["parent"], row
+        assert "-m cdcsync.sync.fork_server pyspark.worker" in row["parent"], row
         assert row["loaded"].split(",") == list(PRELOAD), row
-        assert row["lazy"], row  # the zip archives' directories were read in the daemon, not by each worker
+        assert row["lazy"], row  # the zip archives' directories were read in the fork server, not by each worker

@@ -1,0 +1,64 @@
+"""A follower built from its config: its sink, its tables' mappings, its dead-letter topic and version lookups.
+
+The daemon's queries (``sync.stream``), their Spark workers (``sync.executors``),
+and a bootstrap's or reindex's replay (``snapshot``) all build theirs here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cdcsync.config import Config, FollowerConfig
+from cdcsync.errors import FatalError
+from cdcsync.resolvers import BinlogPositions, SnapshotLsns
+from cdcsync.sync import rebuild
+from cdcsync.sync.catalog import learner, mappings_for
+from cdcsync.sync.dead_letters import DeadLetters, ensure_dead_letter_topic
+from cdcsync.sync.follower import Follower, tune_gc
+from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.sinks import build_sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def build_follower(
+    config: Config,
+    follower: FollowerConfig,
+    spark: SparkSession | None,
+    mappings: dict[str, TableMapping] | None = None,
+    open_sink: bool = True,
+    fill: bool = False,
+) -> Follower:
+    """The follower with its sink and dead-letter topic; by default for all its tables.
+
+    ``open_sink=False`` leaves the live store alone (no index, alias or table
+    created): bootstrap and reindex ``stage`` a new store instead, and a new
+    follower's readers must see nothing until it is published. ``fill``: the
+    follower of a bootstrap or reindex filling that staged store, on the
+    driver and alone, writes with the sink's ``fill_writers``.
+    """
+    mappings = mappings_for(config, follower) if mappings is None else mappings
+    if not mappings:
+        raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")
+    tune_gc()
+    sink = build_sink(config, follower, spark)
+    if open_sink:
+        sink.open(list(mappings.values()))
+    ensure_dead_letter_topic(config, follower)
+    built = Follower(
+        follower.name,
+        sink,
+        mappings,
+        DeadLetters(config.kafka.client_config(), follower.dlq_topic, follower.name),
+        max_attempts=follower.sink_attempts,
+        binlog_seq=BinlogPositions.of(config),
+        snapshot_lsn=SnapshotLsns.of(config),
+        learn=learner(config, follower),
+        rebuild_needed=lambda mapping, reason: rebuild.mark(config, follower.name, mapping.table, reason),
+        remember=lambda known: rebuild.remember(config, follower.name, known),
+        writers=sink.fill_writers if fill else None,
+    )
+    if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
+        rebuild.changed_while_stopped(config, built)
+    return built
