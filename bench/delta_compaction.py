@@ -42,7 +42,7 @@ AUTO_COMPACT = "spark.databricks.delta.autoCompact.enabled"
 
 def _row(doc_id: str, version: int, name: str) -> Any:
     from cdcsync.events import Change
-    from cdcsync.sync.sink import Row
+    from cdcsync.sync.mapping import Row
 
     change = Change("bench", "public.items", "u", {"id": doc_id}, None, 1_709_207_130_123, version, "t", 0, version)
     return Row(change, "items", doc_id, {"n": version, "name": name})

@@ -31,7 +31,7 @@ WAYS = {"one at a time": 1, "two at once": 2}
 
 def batch(tables: int, rows: int, seed: int, version: int) -> list[Any]:
     from cdcsync.events import Change
-    from cdcsync.sync.sink import Row
+    from cdcsync.sync.mapping import Row
 
     out = []
     for t in range(tables):

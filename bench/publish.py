@@ -37,7 +37,7 @@ from bench.common import ENV, say
 
 def rows_of(targets: list[str], n: int, version: int) -> list[Any]:
     from cdcsync.events import Change
-    from cdcsync.sync.sink import Row
+    from cdcsync.sync.mapping import Row
 
     out = []
     for t in targets:

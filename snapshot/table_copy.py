@@ -22,8 +22,7 @@ from cdcsync.snapshot import jdbc, parallel
 from cdcsync.snapshot.reads import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
 from cdcsync.snapshot.replay import BATCH_ROWS
 from cdcsync.sync.follower import BatchCounts, Follower, snapshot_record
-from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row, TableMapping, canonical_doc, doc_id
 from cdcsync.sync.values import convert
 
 if TYPE_CHECKING:

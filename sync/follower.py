@@ -39,8 +39,8 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import BinlogSeq, Change, PoisonRecord, Record, SnapshotLsn, parse_record
 from cdcsync.sync import shape
 from cdcsync.sync.dead_letters import DeadLetters
-from cdcsync.sync.mapping import TableMapping, map_row
-from cdcsync.sync.sink import Row, Sink, WriteResult
+from cdcsync.sync.mapping import Row, TableMapping, map_row
+from cdcsync.sync.sink import Sink, WriteResult
 
 log = logging.getLogger("cdcsync.follower")
 

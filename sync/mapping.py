@@ -1,4 +1,4 @@
-"""Mapping a change to a sink row: target name, document id, fields.
+"""Mapping a change to a sink row (``Row``): target name, document id, fields.
 
 Each column's value is converted by its type to one canonical Python value
 (``sync.values``, which lists the types); ``doc_id`` makes a row's id from
@@ -22,7 +22,6 @@ import orjson
 
 from cdcsync.config import MappingType
 from cdcsync.events import Change, PoisonRecord
-from cdcsync.sync.sink import Row
 from cdcsync.sync.values import (
     BAD_VALUE,
     CONVERTERS,
@@ -34,6 +33,24 @@ from cdcsync.sync.values import (
     timestamp_millis,
     timestamp_millis_key,
 )
+
+
+@dataclass(slots=True)
+class Row:
+    """A change mapped for a sink: its target, document id and document (None for deletes).
+
+    Never modified once built; not ``frozen`` for the same reason as ``Change``.
+    """
+
+    change: Change
+    target: str  # index / table / key namespace
+    doc_id: str
+    doc: dict[str, Any] | None
+
+    @property
+    def version(self) -> int:
+        return self.change.version
+
 
 TYPES = frozenset(get_args(MappingType))
 

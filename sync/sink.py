@@ -83,30 +83,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from cdcsync.events import Change
-
-if TYPE_CHECKING:
-    from cdcsync.sync.mapping import TableMapping
-
-
-@dataclass(slots=True)
-class Row:
-    """A change mapped for a sink: its target, document id and document (None for deletes).
-
-    Never modified once built; not ``frozen`` for the same reason as ``Change``.
-    """
-
-    change: Change
-    target: str  # index / table / key namespace
-    doc_id: str
-    doc: dict[str, Any] | None
-
-    @property
-    def version(self) -> int:
-        return self.change.version
+from cdcsync.sync.mapping import Row, TableMapping
 
 
 @dataclass

@@ -73,8 +73,8 @@ from pyspark.sql import types as T
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError, mapped
 from cdcsync.state import base_dir
-from cdcsync.sync.mapping import fingerprint
-from cdcsync.sync.sink import Generations, Row, WriteResult
+from cdcsync.sync.mapping import Row, fingerprint
+from cdcsync.sync.sink import Generations, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks.delta_values import (
     BIGINT,

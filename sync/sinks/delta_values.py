@@ -33,7 +33,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from cdcsync.sync.far_time import date_of_days, days_of, micros_of, timestamp_of_micros
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row
 from cdcsync.sync.values import EXACT, decimal_text
 
 STRING, BIGINT, BOOLEAN, TIMESTAMP = T.StringType(), T.LongType(), T.BooleanType(), T.TimestampType()

@@ -90,8 +90,8 @@ from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError, mapped
-from cdcsync.sync.mapping import TableMapping, scalar_text
-from cdcsync.sync.sink import Generations, Row, WriteResult, redact_url
+from cdcsync.sync.mapping import Row, TableMapping, scalar_text
+from cdcsync.sync.sink import Generations, WriteResult, redact_url
 from cdcsync.sync.sinks import secret
 from cdcsync.sync.sinks.elasticsearch_errors import (
     RETRYABLE_STATUS,

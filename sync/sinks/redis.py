@@ -125,8 +125,8 @@ from redis.exceptions import NoScriptError, RedisError
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError, mapped
-from cdcsync.sync.mapping import TableMapping, scalar_text
-from cdcsync.sync.sink import Generations, Row, WriteResult, redact_url
+from cdcsync.sync.mapping import Row, TableMapping, scalar_text
+from cdcsync.sync.sink import Generations, WriteResult, redact_url
 from cdcsync.sync.sinks import secret
 from cdcsync.sync.sinks.redis_errors import classify, root
 from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS

@@ -36,7 +36,7 @@ from cdcsync.snapshot.reindex import reindex
 from cdcsync.snapshot.replay import Summary, capture, replay
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.catalog import mappings_for
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row
 from cdcsync.sync.sinks import build_sink
 from cdcsync.sync.verify import TableReport, verify_follower
 from tests.integration.followers import Scenario, numbered_table, scenario

@@ -20,8 +20,8 @@ import pytest
 
 from cdcsync.events import PoisonRecord, Record
 from cdcsync.sync.follower import Follower
-from cdcsync.sync.mapping import TableMapping, doc_id
-from cdcsync.sync.sink import Row, WriteResult
+from cdcsync.sync.mapping import Row, TableMapping, doc_id
+from cdcsync.sync.sink import WriteResult
 
 PLUS2 = timezone(timedelta(hours=2))
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -17,7 +17,7 @@ from redis.exceptions import NoPermissionError, OutOfMemoryError, ReadOnlyError,
 
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Change
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row
 from cdcsync.sync.sinks.redis import RedisSink
 
 

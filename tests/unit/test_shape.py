@@ -19,9 +19,9 @@ import pytest
 from cdcsync.events import Record
 from cdcsync.sync.dead_letters import DeadLetters
 from cdcsync.sync.follower import Follower
-from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.mapping import Row, TableMapping
 from cdcsync.sync.shape import ShapeChanged, shape_changed, shapes_changed
-from cdcsync.sync.sink import Row, WriteResult
+from cdcsync.sync.sink import WriteResult
 
 TOPIC = "src.public.t"
 

@@ -25,7 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Change
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from cdcsync.sync.sinks.redis import RedisSink
 from tests.unit.test_redis_replies import per_row

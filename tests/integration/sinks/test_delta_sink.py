@@ -20,8 +20,7 @@ import pytest
 
 from cdcsync.errors import FatalError
 from cdcsync.events import Change
-from cdcsync.sync.mapping import TableMapping, fingerprint
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row, TableMapping, fingerprint
 
 TYPES = {
     "price": "decimal",

@@ -18,8 +18,7 @@ from elasticsearch import ConflictError, Elasticsearch
 
 from cdcsync.errors import FatalError
 from cdcsync.events import Change
-from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row, TableMapping
 from cdcsync.sync.sinks import elasticsearch as elasticsearch_sink
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from tests.support import ENV, uid

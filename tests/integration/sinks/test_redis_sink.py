@@ -17,8 +17,7 @@ import redis
 
 from cdcsync.errors import FatalError
 from cdcsync.events import Change
-from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row, TableMapping
 from cdcsync.sync.sinks.redis import RedisSink
 from tests.support import ENV, uid
 

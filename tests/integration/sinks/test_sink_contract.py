@@ -22,8 +22,7 @@ import pytest
 
 from cdcsync.errors import RetryableError
 from cdcsync.events import Change
-from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.sink import Row
+from cdcsync.sync.mapping import Row, TableMapping
 from tests.support import ENV, uid
 
 TYPES = {"id": "int", "n": "int", "name": "text", "price": "decimal"}

@@ -23,8 +23,8 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Change, Record
 from cdcsync.sync.dead_letters import DeadLetters
 from cdcsync.sync.follower import BatchCounts, Follower
-from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.sink import Row, Sink
+from cdcsync.sync.mapping import Row, TableMapping
+from cdcsync.sync.sink import Sink
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from cdcsync.sync.sinks.redis import RedisSink
 from tests.support import ENV, end_offset, uid
