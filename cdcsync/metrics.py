@@ -73,7 +73,7 @@ SCHEMA_CHANGES = Counter(
     "Times a follower met columns its mapping lacked and re-read the table's shape from the catalog",
     ["follower", "table"],
 )
-REBUILD_NEEDED = Gauge(
+REINDEX_NEEDED = Gauge(
     "cdcsync_rebuild_needed",
     "1 while a table's rows differ from the source in a way no change event will fix (a RENAME COLUMN, a column "
     "added with a DEFAULT): run `cdcsync reindex FOLLOWER --table TABLE --from source`",

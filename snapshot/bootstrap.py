@@ -35,7 +35,7 @@ from pathlib import Path
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
 from cdcsync.snapshot.replay import Progress, Summary, capture, offsets_json, publish, replay
-from cdcsync.sync import rebuild
+from cdcsync.sync import reindex_needed
 from cdcsync.sync.follower import Follower
 from cdcsync.sync.position import start_file
 
@@ -95,7 +95,7 @@ def bootstrap_from_topics(
     summary.offsets = offsets_json({tp: high for tp, (_low, high) in marks.items()})
     summary.seconds = round(time.monotonic() - started, 2)
     record_start(base, cfg.name, summary.offsets, origin="topics")
-    rebuild.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
+    reindex_needed.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
     return summary
 
 

@@ -59,7 +59,7 @@ from cdcsync.errors import ConfigError, FatalError
 from cdcsync.snapshot.bootstrap import Busy, follower_lock
 from cdcsync.snapshot.replay import Offsets, Progress, Summary, capture, offsets_json, publish, replay
 from cdcsync.state import base_dir
-from cdcsync.sync import rebuild
+from cdcsync.sync import reindex_needed
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.mapping import TableMapping
@@ -191,7 +191,7 @@ def reindex(
     "source": steps 1-3 are a read of the source database aligned with the log
     (``snapshot.source.fill_from_source``, needs ``spark``) instead of the
     topics: what a RENAME COLUMN or a column added with a DEFAULT needs
-    (``sync.rebuild``), since the topics hold those rows in their old shape.
+    (``sync.reindex_needed``), since the topics hold those rows in their old shape.
     """
     what = f"reindex {cfg.name}" + (f" --table {table}" if table else "")
     with follower_lock(base_dir(config), cfg.name, what):
@@ -257,8 +257,8 @@ def _run(
     if table is None:
         record_reindexed(config, cfg.name, summary.offsets["caught_up_to"])
     if origin == "source":  # rows in their old shape are read anew: nothing left to rebuild for these tables
-        rebuild.clear(config, cfg.name, None if table is None else [m.table for m in mappings.values()])
-    rebuild.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
+        reindex_needed.clear(config, cfg.name, None if table is None else [m.table for m in mappings.values()])
+    reindex_needed.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
     _record(config, cfg.name, record, "done", caught_up_to=summary.offsets["caught_up_to"])
     summary.seconds = round(time.monotonic() - started, 2)
     return summary

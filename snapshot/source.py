@@ -46,7 +46,7 @@ from cdcsync.snapshot.reads import PostgresRead, SourceRead, open_read, wait_pas
 from cdcsync.snapshot.replay import BATCH_ROWS, Summary, end_offsets, publish, read_window
 from cdcsync.snapshot.replay import consumer as kafka_consumer
 from cdcsync.snapshot.table_copy import Plan, ReadAhead, versions_of
-from cdcsync.sync import rebuild
+from cdcsync.sync import reindex_needed
 from cdcsync.sync.follower import Follower
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def bootstrap_from_source(
     publish(follower.sink)
     summary.seconds = round(time.monotonic() - started, 2)
     record_start(base, cfg.name, summary.offsets, origin="source")
-    rebuild.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
+    reindex_needed.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
     return summary
 
 

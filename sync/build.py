@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
 from cdcsync.resolvers import BinlogPositions, SnapshotLsns
-from cdcsync.sync import rebuild
+from cdcsync.sync import reindex_needed
 from cdcsync.sync.catalog import learner, mappings_for
 from cdcsync.sync.dead_letters import DeadLetters, ensure_dead_letter_topic
 from cdcsync.sync.follower import Follower, tune_gc
@@ -55,10 +55,10 @@ def build_follower(
         binlog_seq=BinlogPositions.of(config),
         snapshot_lsn=SnapshotLsns.of(config),
         learn=learner(config, follower),
-        rebuild_needed=lambda mapping, reason: rebuild.mark(config, follower.name, mapping.table, reason),
-        remember=lambda known: rebuild.remember(config, follower.name, known),
+        reindex_needed=lambda mapping, reason: reindex_needed.mark(config, follower.name, mapping.table, reason),
+        remember=lambda known: reindex_needed.remember(config, follower.name, known),
         writers=sink.fill_writers if fill else None,
     )
     if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
-        rebuild.changed_while_stopped(config, built)
+        reindex_needed.changed_while_stopped(config, built)
     return built

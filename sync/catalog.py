@@ -97,7 +97,7 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
 
     Filled: columns with a value of their own in a row nobody wrote them in
     (a non-null DEFAULT, a generated column): added to a table, they fill its
-    existing rows without a change event (``sync.rebuild``).
+    existing rows without a change event (``sync.reindex_needed``).
     """
     if source.kind == "postgres":
         with connect_postgres(source) as conn:

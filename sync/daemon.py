@@ -14,7 +14,7 @@ module, like all of ``sync/``, imports nothing of ``connectors/`` or
 
 A round that fails is logged and tried again at its next turn: a thread that
 died would stop healing or exporting, silently. The daemon's own round checks
-the catalog for columns whose type changed kind (``sync.rebuild``).
+the catalog for columns whose type changed kind (``sync.reindex_needed``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cdcsync import lagpage, metrics
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError
-from cdcsync.sync import rebuild
+from cdcsync.sync import reindex_needed
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.position import check_position
 from cdcsync.sync.stream import checkpoint_dir, present_topics, start_query
@@ -89,7 +89,7 @@ class Daemon:
         self.prepare = prepare
         self.built: dict[str, Follower] = {}  # follower name -> its Follower, closed when it is rebuilt
         self.supervisor = Supervisor(followers, self._start, check=self._check)
-        self.rounds = [*rounds, Round("cdcsync.rebuild", self._check_kinds, rebuild.KIND_CHECK_S)]
+        self.rounds = [*rounds, Round("cdcsync.reindex_needed", self._check_kinds, reindex_needed.KIND_CHECK_S)]
 
     def health(self) -> Health:
         ok, problems = self.supervisor.health()
@@ -144,9 +144,9 @@ class Daemon:
         if old is not None:
             _close_quietly(old)
         _log_prepared(cfg, self.prepare)
-        for line in rebuild.lines(self.config, cfg.name):  # recorded by an earlier run: still to do
+        for line in reindex_needed.lines(self.config, cfg.name):  # recorded by an earlier run: still to do
             log.error("%s", line)
-        rebuild.export(self.config, cfg.name)
+        reindex_needed.export(self.config, cfg.name)
         follower = build_follower(self.config, cfg, self.spark)
         self.built[cfg.name] = follower
         query = start_query(self.spark, self.config, cfg, follower)
@@ -163,12 +163,12 @@ class Daemon:
             raise Relaunch(f"now following {appeared} as well")
 
     def _check_kinds(self) -> None:
-        """Columns whose type changed kind in the catalog (``sync.rebuild.check_kinds``), follower by follower."""
+        """Columns whose type changed kind in the catalog (``reindex_needed.check_kinds``), follower by follower."""
         for follower in list(self.built.values()):
             try:
-                rebuild.check_kinds(self.config, follower)
+                reindex_needed.check_kinds(self.config, follower)
             except Exception as err:  # a source down for a round: the next one asks again
-                logging.getLogger("cdcsync.rebuild").warning("follower=%s kinds not checked: %s", follower.name, err)
+                log.warning("follower=%s kinds not checked: %s", follower.name, err)
 
 
 def _repeat(each: Round) -> None:

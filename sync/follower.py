@@ -212,15 +212,15 @@ class Follower:
         binlog_seq: BinlogSeq | None = None,
         snapshot_lsn: SnapshotLsn | None = None,
         learn: Callable[[str], TableMapping] | None = None,
-        rebuild_needed: Callable[[TableMapping, str], None] | None = None,
+        reindex_needed: Callable[[TableMapping, str], None] | None = None,
         remember: Callable[[Iterable[TableMapping]], None] | None = None,
         writers: int | None = None,
     ) -> None:
         self.name, self.sink, self.dead_letters = name, sink, dead_letters
         self.mappings = dict(mappings)  # topic -> mapping; a table's entry is replaced when its shape changes
         self.learn = learn  # topic -> its mapping read anew from the catalog (executors: raise ShapeChanged)
-        self.rebuild_needed = rebuild_needed  # (table's mapping, why): rows no change will fix (sync.rebuild)
-        self.remember = remember  # the shapes its sink holds now, for the next start (sync.rebuild.remember)
+        self.reindex_needed = reindex_needed  # (table's mapping, why): rows no change will fix (sync.reindex_needed)
+        self.remember = remember  # the shapes its sink holds now, for the next start (sync.reindex_needed.remember)
         self.binlog_seq = binlog_seq  # MariaDB snapshot rows' binlog positions -> GTID sequences (cdcsync.events)
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
@@ -310,9 +310,9 @@ class Follower:
         if lost:
             self.sink.forget(new.target, sorted(old.rename.get(c, c) for c in lost))
         self.mappings[topic] = new
-        reason = shape.rebuild_reason(old, new, lost)
-        if reason and self.rebuild_needed is not None:
-            self.rebuild_needed(new, reason)
+        reason = shape.reindex_reason(old, new, lost)
+        if reason and self.reindex_needed is not None:
+            self.reindex_needed(new, reason)
         if self.remember is not None:
             self.remember([new])
         added = {c: k for c, k in new.types.items() if c not in old.types}

@@ -68,7 +68,7 @@ class TableMapping:
     # still carry them write them no more), columns the catalog lists that changes may lack (written before
     # an ADD COLUMN, or a mapping's type for a column the source does not have).
     untyped: frozenset[str] = frozenset()
-    filled: frozenset[str] = frozenset()  # columns the source fills in rows nobody wrote them in (sync.rebuild)
+    filled: frozenset[str] = frozenset()  # columns the source fills in rows nobody wrote them in (sync.reindex_needed)
     dropped: frozenset[str] = frozenset()
     may_lack: frozenset[str] = frozenset()
     # timestamp columns whose Debezium form counts milliseconds, not microseconds (MariaDB DATETIME(0) to (3))

@@ -81,7 +81,7 @@ def learned(
     return mapping, lost
 
 
-def rebuild_reason(old: TableMapping, new: TableMapping, lost: frozenset[str]) -> str | None:
+def reindex_reason(old: TableMapping, new: TableMapping, lost: frozenset[str]) -> str | None:
     """Why rows the log will never change again differ from the source after this shape change, if they do.
 
     A column lost and one gained in the same change: most likely a RENAME

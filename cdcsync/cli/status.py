@@ -179,15 +179,15 @@ def read_daemon(url: str) -> dict[str, Any] | None:
 
 def follower_checks(config: Any, daemon: dict[str, Any] | None, url: str) -> list[Check]:
     from cdcsync.snapshot.reindex import killed_line
-    from cdcsync.sync import rebuild
+    from cdcsync.sync import reindex_needed
 
     checks = []
     for cfg in config.followers:
         killed = killed_line(config, cfg.name)
         if killed is not None:  # its store lacks a window, or is half switched, until the reindex is finished
             checks.append(Check("follower", cfg.name, False, "reindex unfinished", killed))
-        for line in rebuild.lines(config, cfg.name):  # rows no change will fix (a RENAME COLUMN, a DEFAULT)
-            checks.append(Check("follower", cfg.name, False, "rebuild needed", line))
+        for line in reindex_needed.lines(config, cfg.name):  # rows no change will fix (a RENAME COLUMN, a DEFAULT)
+            checks.append(Check("follower", cfg.name, False, "reindex needed", line))
         if daemon is None:
             absent = f"no daemon answers at {url}; start `cdcsync run` (or pass --metrics-port)"
             checks.append(Check("follower", cfg.name, False, "not running", absent))

@@ -20,7 +20,7 @@ def verify(ctx: click.Context, followers: tuple[str, ...], as_json: bool) -> Non
     but with different values). Run it when the followers have caught up.
     """
     from cdcsync.snapshot.reindex import killed_line
-    from cdcsync.sync import rebuild
+    from cdcsync.sync import reindex_needed
     from cdcsync.sync.sinks import build_sink, needs_spark
     from cdcsync.sync.verify import verify_follower
 
@@ -36,7 +36,7 @@ def verify(ctx: click.Context, followers: tuple[str, ...], as_json: bool) -> Non
         killed = killed_line(config, follower.name)
         if killed is not None:  # explains the differences below; the comparison still decides the exit code
             click.echo(f"warning: {killed}", err=True)
-        for line in rebuild.lines(config, follower.name):
+        for line in reindex_needed.lines(config, follower.name):
             click.echo(f"warning: {line}", err=True)
         sink = build_sink(config, follower, spark)
         try:

@@ -228,7 +228,7 @@ class DeltaSink:
                 table.learned.pop(name, None)
 
     def settle(self) -> None:
-        """Drop forgotten columns now: called while no writer runs (a follower starting, sync.rebuild)."""
+        """Drop forgotten columns now: called while no writer runs (a follower starting, sync.reindex_needed)."""
         for table in self._tables.values():
             self._drop_columns(table)
 

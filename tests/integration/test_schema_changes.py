@@ -199,12 +199,12 @@ def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_conver
     """RENAME COLUMN plus a column added with a DEFAULT: rows nobody touches since hold the old shape everywhere.
 
     No change event will fix them, and the topics hold them in the old shape
-    too: each follower records the table (``sync.rebuild``), verify is not
+    too: each follower records the table (``sync.reindex_needed``), verify is not
     clean, and ``reindex --table T --from source`` makes every store equal
     the source and clears the record.
     """
     from cdcsync.snapshot.reindex import reindex
-    from cdcsync.sync import rebuild
+    from cdcsync.sync import reindex_needed
 
     t = f"ren_{kind[:2]}_{uid()}"
     ns = "public" if kind == "postgres" else "inventory"
@@ -220,7 +220,7 @@ def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_conver
         )
         sc.run_once()
         for name in ("search", "cache", "warehouse"):
-            needed = rebuild.needed(sc.config, name)
+            needed = reindex_needed.needed(sc.config, name)
             assert list(needed) == [f"{ns}.{t}"] and "RENAME" in needed[f"{ns}.{t}"]["reason"], (name, needed)
         dirty = [r for r in sc.verify() if not r.clean]
         assert {r.follower for r in dirty} == {"search", "cache", "warehouse"}, dirty  # rows 3.. lack memo, flag
@@ -229,7 +229,7 @@ def test_a_rename_is_named_for_a_rebuild_from_the_source_and_that_rebuild_conver
             summary = reindex(sc.config, cfg, spark, table=f"{ns}.{t}", origin="source")
             assert summary.fill.records >= ROWS, summary.as_json()
         sc.assert_converged()
-        assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)
+        assert all(not reindex_needed.needed(sc.config, f.name) for f in sc.config.followers)
         execute(kind, f"UPDATE {t} SET memo = 'after' WHERE id = 5")  # and streaming goes on on the new shape
         sc.run_once()
         sc.assert_converged()
@@ -243,7 +243,7 @@ def test_a_rename_and_a_drop_while_the_followers_are_stopped_are_noticed_when_th
     change event showing the old one. The shape each remembered is compared with the catalog's: the dropped
     column leaves every row, the rename is recorded for a rebuild, and that rebuild converges."""
     from cdcsync.snapshot.reindex import reindex
-    from cdcsync.sync import rebuild
+    from cdcsync.sync import reindex_needed
 
     t = f"off_{kind[:2]}_{uid()}"
     ns = "public" if kind == "postgres" else "inventory"
@@ -256,7 +256,7 @@ def test_a_rename_and_a_drop_while_the_followers_are_stopped_are_noticed_when_th
         sc.run_once()  # and it starts again
         target = sc.followers["cache"].mappings[next(iter(sc.followers["cache"].mappings))].target
         for name in ("search", "cache", "warehouse"):
-            needed = rebuild.needed(sc.config, name)
+            needed = reindex_needed.needed(sc.config, name)
             assert "while the follower was stopped" in needed.get(f"{ns}.{t}", {}).get("reason", ""), (name, needed)
             assert all("junk" not in doc for _, doc in sc.held(name, target).values()), name  # forgotten everywhere
         for cfg in sc.config.followers:
@@ -264,7 +264,7 @@ def test_a_rename_and_a_drop_while_the_followers_are_stopped_are_noticed_when_th
         sc.followers.clear()
         sc.run_once()
         sc.assert_converged()
-        assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)  # not marked again
+        assert all(not reindex_needed.needed(sc.config, f.name) for f in sc.config.followers)  # not marked again
 
 
 @pytest.mark.parametrize("kind", MARIADB_LONG)
@@ -296,7 +296,7 @@ def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
     alone, naming the same command; ``reindex --from source`` makes every store equal the source."""
     from cdcsync.errors import FatalError
     from cdcsync.snapshot.reindex import reindex
-    from cdcsync.sync import rebuild
+    from cdcsync.sync import reindex_needed
     from cdcsync.sync.build import build_follower
 
     t = f"kind_{kind[:2]}_{uid()}"
@@ -307,8 +307,8 @@ def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
         ten = "'x' || id" if kind == "postgres" else "CONCAT('x', id)"
         execute(kind, retype, f"UPDATE {t} SET v = {ten} WHERE id <= 3")
         for name, follower in sc.followers.items():
-            rebuild.check_kinds(sc.config, follower)
-            assert "v int -> text" in rebuild.needed(sc.config, name)[f"{ns}.{t}"]["reason"], name
+            reindex_needed.check_kinds(sc.config, follower)
+            assert "v int -> text" in reindex_needed.needed(sc.config, name)[f"{ns}.{t}"]["reason"], name
         sc.run_once()  # 'x1' is no bigint: Elasticsearch and Delta dead-letter those rows, Redis takes them
 
         for name in ("search", "warehouse"):  # a restart before the rebuild: refused, the command named
@@ -323,7 +323,7 @@ def test_a_type_change_no_sink_widens_is_named_for_a_rebuild_which_converges(
         execute(kind, f"UPDATE {t} SET v = 'after' WHERE id = 4")
         sc.run_once()
         sc.assert_converged()
-        assert all(not rebuild.needed(sc.config, f.name) for f in sc.config.followers)
+        assert all(not reindex_needed.needed(sc.config, f.name) for f in sc.config.followers)
 
 
 @pytest.mark.parametrize("kind", MARIADB_LONG)

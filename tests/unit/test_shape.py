@@ -164,7 +164,7 @@ def test_on_an_executor_the_driver_is_told_what_a_change_lacked() -> None:
 
 
 def test_which_shape_changes_need_a_rebuild_from_the_source() -> None:
-    from cdcsync.sync.shape import rebuild_reason
+    from cdcsync.sync.shape import reindex_reason
 
     old = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int"})
 
@@ -172,27 +172,27 @@ def test_which_shape_changes_need_a_rebuild_from_the_source() -> None:
         filled = frozenset(c for c in types if c.startswith("d_"))  # columns with a DEFAULT, in this test
         return TableMapping("public.t", "t", ("id",), types={"id": "int", **types}, filled=filled)
 
-    assert rebuild_reason(old, new(v="int", b="int"), frozenset()) is None  # ADD COLUMN: rows get it as they change
-    assert rebuild_reason(old, new(), frozenset({"v"})) is None  # DROP COLUMN: forgotten in every row
-    assert "RENAME" in (rebuild_reason(old, new(w="int"), frozenset({"v"})) or "")
-    assert "DEFAULT" in (rebuild_reason(old, new(v="int", d_flag="int"), frozenset()) or "")
+    assert reindex_reason(old, new(v="int", b="int"), frozenset()) is None  # ADD COLUMN: rows get it as they change
+    assert reindex_reason(old, new(), frozenset({"v"})) is None  # DROP COLUMN: forgotten in every row
+    assert "RENAME" in (reindex_reason(old, new(w="int"), frozenset({"v"})) or "")
+    assert "DEFAULT" in (reindex_reason(old, new(v="int", d_flag="int"), frozenset()) or "")
 
 
 def test_a_rebuild_is_recorded_shown_and_cleared(tmp_path: Any) -> None:
     from cdcsync.config import Config
-    from cdcsync.sync import rebuild
+    from cdcsync.sync import reindex_needed
 
     config = Config.model_validate({"state_dir": str(tmp_path)})
-    rebuild.mark(config, "search", "public.t", "columns ['v'] went and ['w'] came")
-    rebuild.mark(config, "search", "public.u", "columns ['d'] were added with a value")
-    assert rebuild.lines(config, "search")[0] == (
-        "follower search: table public.t needs a rebuild from the source (columns ['v'] went and ['w'] came): "
+    reindex_needed.mark(config, "search", "public.t", "columns ['v'] went and ['w'] came")
+    reindex_needed.mark(config, "search", "public.u", "columns ['d'] were added with a value")
+    assert reindex_needed.lines(config, "search")[0] == (
+        "follower search: table public.t needs a reindex from the source (columns ['v'] went and ['w'] came): "
         "run `cdcsync reindex search --table public.t --from source`"
     )
-    rebuild.clear(config, "search", ["public.t"])
-    assert list(rebuild.needed(config, "search")) == ["public.u"] and not rebuild.needed(config, "cache")
-    rebuild.clear(config, "search")
-    assert rebuild.lines(config, "search") == []
+    reindex_needed.clear(config, "search", ["public.t"])
+    assert list(reindex_needed.needed(config, "search")) == ["public.u"] and not reindex_needed.needed(config, "cache")
+    reindex_needed.clear(config, "search")
+    assert reindex_needed.lines(config, "search") == []
 
 
 def test_a_kind_change_is_told_from_a_widening() -> None:

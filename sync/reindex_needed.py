@@ -8,11 +8,11 @@ value for the rows already there (a non-null DEFAULT, a generated column: the
 source fills them, the log says nothing); and a column whose type changed
 into another kind (int -> text: the running daemon checks the catalog every
 ``KIND_CHECK_S``, ``check_kinds``, since change events show no type). The topics hold the old shape too,
-so only a read of the source rebuilds them: ``cdcsync reindex FOLLOWER
+so only a reindex that reads the source makes them right: ``cdcsync reindex FOLLOWER
 --table TABLE --from source``.
 
 The follower (on the driver) records each such table in
-``<state>/rebuild/<follower>.json`` (``mark``), logs it as an error with the
+``<state>/rebuild/<follower>.json`` (``mark``; a stored path, named before this module), logs it as an error with the
 command, and sets ``cdcsync_rebuild_needed{follower,table}``; the daemon sets
 the gauge again from the record when it starts the follower. ``status`` and
 ``verify`` print ``lines``. A reindex ``--from source`` that covers the table
@@ -39,7 +39,7 @@ from cdcsync.sync.mapping import TableMapping
 if TYPE_CHECKING:
     from cdcsync.sync.follower import Follower
 
-log = logging.getLogger("cdcsync.rebuild")
+log = logging.getLogger("cdcsync.reindex_needed")
 
 KIND_CHECK_S = 60.0
 
@@ -49,7 +49,7 @@ def state_file(base: Path, follower: str) -> Path:
 
 
 def needed(config: Config, follower: str) -> dict[str, dict[str, Any]]:
-    """The follower's tables that need a rebuild from the source: table -> {reason, since}."""
+    """The follower's tables that need a reindex from the source: table -> {reason, since}."""
     path = state_file(base_dir(config), follower)
     if not path.exists():
         return {}
@@ -62,12 +62,12 @@ def command(follower: str, table: str) -> str:
 
 
 def mark(config: Config, follower: str, table: str, reason: str) -> None:
-    """Record that ``table`` of ``follower`` needs a rebuild from the source, and say so loudly."""
+    """Record that ``table`` of ``follower`` needs a reindex from the source, and say so loudly."""
     tables = needed(config, follower)
     tables[table] = {"reason": reason, "since": time.time()}
     _write(config, follower, tables)
-    metrics.REBUILD_NEEDED.labels(follower, table).set(1)
-    log.error("follower=%s table=%s rebuild_needed: %s; run `%s`", follower, table, reason, command(follower, table))
+    metrics.REINDEX_NEEDED.labels(follower, table).set(1)
+    log.error("follower=%s table=%s reindex_needed: %s; run `%s`", follower, table, reason, command(follower, table))
 
 
 def check_kinds(config: Config, follower: Follower) -> None:
@@ -75,7 +75,7 @@ def check_kinds(config: Config, follower: Follower) -> None:
 
     A change events do not show: the columns are the same, their values no
     longer fit the sink's column (the sink rejects them to the dead-letter
-    topic) or no longer mean the same. Only a rebuild from the source, with
+    topic) or no longer mean the same. Only a reindex from the source, with
     the new types, makes the store right; a follower restarted before it
     refuses the table, naming the same command.
     """
@@ -92,12 +92,12 @@ def check_kinds(config: Config, follower: Follower) -> None:
 
 
 def clear(config: Config, follower: str, tables: Iterable[str] | None = None) -> None:
-    """A rebuild from the source covered ``tables`` (None: every table of the follower)."""
+    """A reindex from the source covered ``tables`` (None: every table of the follower)."""
     recorded = needed(config, follower)
     done = set(recorded) if tables is None else set(tables) & set(recorded)
     for table in done:
         del recorded[table]
-        metrics.REBUILD_NEEDED.labels(follower, table).set(0)
+        metrics.REINDEX_NEEDED.labels(follower, table).set(0)
     if done:
         _write(config, follower, recorded)
 
@@ -105,13 +105,13 @@ def clear(config: Config, follower: str, tables: Iterable[str] | None = None) ->
 def export(config: Config, follower: str) -> None:
     """Set the gauge from the record (a daemon starting the follower)."""
     for table in needed(config, follower):
-        metrics.REBUILD_NEEDED.labels(follower, table).set(1)
+        metrics.REINDEX_NEEDED.labels(follower, table).set(1)
 
 
 def lines(config: Config, follower: str) -> list[str]:
-    """One line per table to rebuild, with the reason and the command (status, verify)."""
+    """One line per table to reindex, with the reason and the command (status, verify)."""
     return [
-        f"follower {follower}: table {table} needs a rebuild from the source ({entry['reason']}): "
+        f"follower {follower}: table {table} needs a reindex from the source ({entry['reason']}): "
         f"run `{command(follower, table)}`"
         for table, entry in sorted(needed(config, follower).items())
     ]
@@ -141,7 +141,7 @@ def changed_while_stopped(config: Config, follower: Follower) -> None:
     last ran (``remember``) is compared with the catalog's at start: columns
     gone are forgotten by the sink in every row (a DROP), and a table that
     lost and gained columns, or gained one the source fills, is recorded for
-    a rebuild from the source, as ``shape.rebuild_reason`` says.
+    a reindex from the source, as ``shape.reindex_reason`` says.
     """
     path = shapes_file(base_dir(config), follower.name)
     known: dict[str, dict[str, str]] = json.loads(path.read_text()) if path.exists() else {}
@@ -153,7 +153,7 @@ def changed_while_stopped(config: Config, follower: Follower) -> None:
         lost = frozenset(before) - frozenset(mapping.types)
         if lost:
             follower.sink.forget(mapping.target, sorted(mapping.rename.get(c, c) for c in lost))
-        reason = shape.rebuild_reason(old, mapping, lost)
+        reason = shape.reindex_reason(old, mapping, lost)
         log.info("follower=%s table=%s changed while stopped: lost=%s gained=%s", follower.name, mapping.table,
                  sorted(lost) or "none", sorted(set(mapping.types) - set(before)) or "none")  # fmt: skip
         if reason:
