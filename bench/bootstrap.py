@@ -8,7 +8,7 @@ Measured in one run, on one table of N rows (default 1M) in Postgres, per sink:
   thread with the client library; no snapshot, no versions, no Spark;
 - **--from source**: ``bootstrap --from source`` as the command runs it:
   exported snapshot, Spark JDBC in parallel pieces, mapping, versioned writes
-  into a staged store, the log window, the publish, the recorded start;
+  into a staged generation, the log window, the publish, the recorded start;
 - **--from topics**: ``bootstrap --from topics``: the connector's snapshot
   of the table read back from its topic, versioned writes into a staged
   store, the publish.

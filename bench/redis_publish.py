@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             sink._publish_calls(PROMOTE_SHA, "items", "row", [(key, key[len(head) :]) for key in chunk])
 
     def server_scan(sink: RedisSink) -> None:
-        sink._publish_scan(PROMOTE_SHA, "items", sink._space_of("items"), tag)
+        sink._publish_scan(PROMOTE_SHA, "items", sink._generation_of("items"), tag)
 
     def clear(pattern: str) -> None:
         for keys in _chunks(client.scan_iter(match=pattern, count=SCAN_COUNT)):

@@ -5,7 +5,7 @@
 3. Read each partition from its start up to E and apply it into the staged
    store through the follower's own batch path (parse, dead letters, last per
    key, versioned writes), in chunks, in offset order (``replay``).
-4. Publish the staged store (``Sink.publish``): readers switch to a complete
+4. Publish the staged generations (``Sink.publish``): readers switch to a complete
    store; before that they saw no store, or the previous one.
 5. Only then record E as the follower's start position
    (``<state>/bootstrap/<follower>.json``, written atomically).

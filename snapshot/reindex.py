@@ -7,7 +7,7 @@ second sink instance of the follower (docs/reindex.md says why each step):
 1. capture the end offsets E1 of the followed topics;
 2. ``stage`` a new store (only ``--table``'s target if given) and fill it from
    each partition's start up to E1;
-3. capture E1b and catch the staged store up from E1 to E1b: the fill can
+3. capture E1b and catch the staged generations up from E1 to E1b: the fill can
    take long, and this makes the window the next step covers a short one;
 4. ``publish``: readers switch to the new store, the old one is dropped;
 5. capture E2 after the switch and replay E1b..E2 into the live store. The
@@ -33,7 +33,7 @@ finishes the killed run before its own: a run whose targets it rebuilds
 anyway needs nothing more (its fill covers everything); otherwise a run
 killed after 4 is caught up from its recorded E1b (step 5, and its
 ``record_reindexed``), and one killed during 4 is run again. Killed before 4,
-readers never saw the staged store and the next ``stage`` removes it.
+readers never saw the staged generations and the next ``stage`` removes them.
 
 The daemon does not wait for that next reindex: ``cdcsync run`` calls
 ``finish_killed`` each time it starts a follower, which catches up a run
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 class ReindexSummary:
     follower: str
     targets: list[str]
-    fill: Summary  # steps 2 and 3, into the staged store
+    fill: Summary  # steps 2 and 3, into the staged generations
     catch_up: Summary  # step 5, into the live store
     published_at: float = 0.0  # unix time of the switch
     seconds: float = 0.0
@@ -118,7 +118,7 @@ def killed_line(config: Config, follower: str) -> str | None:
     """One line on the follower's killed reindex, with what to run; None if there is none to finish."""
     killed = unfinished(config, follower)
     if killed is None or killed["step"] == "staging":
-        return None  # killed before its switch: readers never saw the staged store
+        return None  # killed before its switch: readers never saw the staged generations
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(killed.get("updated_at") or killed["started_at"]))
     table = f" --table {killed['table']}" if killed.get("table") else ""
     if killed["step"] == "published":

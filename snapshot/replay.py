@@ -8,7 +8,7 @@ writes) in calls of ``BATCH_ROWS`` or, for a sink that writes in chunks,
 ``REPLAY_CALL_RECORDS`` records; a long stretch into an order-free sink may
 go to several processes (``snapshot.parallel``), in slices of
 ``SLICE_RECORDS`` offsets of one partition. ``publish`` then shows the
-staged store, retried on a retryable failure. ``Summary`` counts what was
+staged generation, retried on a retryable failure. ``Summary`` counts what was
 done; ``progress_bar`` shows it as it goes.
 """
 

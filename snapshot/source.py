@@ -93,7 +93,7 @@ def fill_from_source(
     progress: Progress | None = None,
     on_read_open: Callable[[SourceConfig], None] | None = None,
 ) -> Summary:
-    """Steps 1-6 into a staged store (readers see nothing until ``publish``); ``summary.offsets`` is E2.
+    """Steps 1-6 into a staged generation (readers see nothing until ``publish``); ``summary.offsets`` is E2.
 
     Shared by ``bootstrap --from source`` and ``reindex --from source``.
     """

@@ -35,7 +35,7 @@ def build_follower(
     ``open_sink=False`` leaves the live store alone (no index, alias or table
     created): bootstrap and reindex ``stage`` a new store instead, and a new
     follower's readers must see nothing until it is published. ``fill``: the
-    follower of a bootstrap or reindex filling that staged store, on the
+    follower of a bootstrap or reindex filling that staged generation, on the
     driver and alone, writes with the sink's ``fill_writers``.
     """
     mappings = mappings_for(config, follower) if mappings is None else mappings

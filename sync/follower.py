@@ -226,7 +226,7 @@ class Follower:
         self.max_attempts = max_attempts
         self.report = report  # log and count each batch here; False on executors, whose driver does it
         # Chunks in flight at once (``_apply``): the sink's ``writers``, or its ``fill_writers`` for a follower
-        # that fills a staged store (build_follower's ``fill``).
+        # that fills a staged generation (build_follower's ``fill``).
         self.writers = max(1, sink.writers if writers is None else writers)
         self._writer = ThreadPoolExecutor(self.writers, thread_name_prefix=f"cdcsync-{name}-writer")
         self._retries = threading.Lock()  # counts.retries, changed by the writer threads

@@ -48,7 +48,8 @@ Members the follower calls, in order: ``open(mappings)`` once,
 calls ``held(target)`` and ``stored_form(doc)``.
 
 **Generations** (bootstrap and reindex, ``snapshot/``): ``stage(mappings)``
-instead of ``open`` builds a new physical store that readers cannot see, and
+instead of ``open`` builds a new generation of each target that readers cannot
+see (``Generations``), and
 ``write``/``held`` of that sink instance use it; ``publish()`` switches
 readers to it and drops the previous one. A stage that was never published
 (a killed run) is removed by the next ``stage``, so a killed bootstrap or
@@ -64,7 +65,7 @@ member                     contract
 ``writers``                ``write`` calls a follower (chunks of one batch) may make at once, from
                            as many threads: more than 1 only when the apply rule does not depend
                            on the order of writes (1: they must not overlap)
-``fill_writers``           the same for a bootstrap or reindex filling a staged store: one process
+``fill_writers``           the same for a bootstrap or reindex filling a staged generation: one process
                            on the driver, the store's only writer (1 where ``writers`` is 1)
 ``open(mappings)``         connect, create what is missing (index + alias, script, table)
 ``write(batch_id, rows)``  apply a batch of ``Row``; return a ``WriteResult``
@@ -73,7 +74,7 @@ member                     contract
 ``stored_form(doc)``       a canonical document as ``held`` would return it
 ``stage(mappings)``        drop an unpublished earlier stage, create a fresh store per target,
                            invisible to readers; ``write``/``held`` use it from then on
-``publish()``              switch readers to the staged store, drop the previous one; ``write``
+``publish()``              switch readers to the staged generations, drop the previous ones; ``write``
                            goes to the live store again
 ``close()``                release connections
 =========================  ============================================================

@@ -59,7 +59,7 @@ def bootstrap(
                     f"follower {cfg.name} does not follow {sorted(wanted - known)}; it follows {sorted(known)}"
                 )
             mappings = {topic: m for topic, m in mappings.items() if m.table.lower() in wanted}
-        # bootstrap stages, then publishes; its follower alone fills the staged store
+        # bootstrap stages, then publishes; its follower alone fills the staged generations
         built = build_follower(config, cfg, spark, mappings, open_sink=False, fill=True)
         if origin == "source":
             from cdcsync.snapshot.source import bootstrap_from_source

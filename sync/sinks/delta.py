@@ -42,7 +42,7 @@ Generations: ``stage`` recreates ``<path>/<target>__staging`` (dropping an
 unpublished one), which this instance then writes and reads. ``publish``
 overwrites the live table with it in ONE commit (``overwriteSchema``: a
 reindex may change types): readers see the previous version until then, and
-a new follower's table first appears with it; then the staging path goes.
+a new follower's table first appears with it; then the staged table's path goes.
 cdcsync's writers of one table take turns (``delta_writers``: the daemon and
 a reindex both write the live table); a conflict with any other writer is a
 ``RetryableError``, and publish again is idempotent. The history table is shared (insert-only: a rebuild adds nothing).
@@ -190,7 +190,7 @@ class DeltaSink:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
         self._spark = spark
         self._tables: dict[str, _Table] = {}
-        self.generations = Generations()  # target -> its staging table's path (its _tables entry), until publish
+        self.generations = Generations()  # target -> its staged table's path (its _tables entry), until publish
         self.tables_at_once = tables_at_once()  # a batch's tables MERGEd at once (delta_writers)
         self._checkpoints = checkpoints.Checkpoints(spark)  # log checkpoints beside the batches (delta_checkpoints)
 
@@ -236,7 +236,7 @@ class DeltaSink:
         """Nothing to do: a MERGE is visible when its commit is."""
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
-        """A fresh staging table per target, beside the live one (module docstring)."""
+        """A fresh staged table per target, beside the live one (module docstring)."""
         for target, columns in self._wanted(mappings).items():
             path = f"{self.path}/{target}{STAGING}"
             self._remove(path)
@@ -244,7 +244,7 @@ class DeltaSink:
             self.generations.stage(target, path)
 
     def publish(self) -> None:
-        """Replace each staged target's live table in one commit, then remove its staging table.
+        """Replace each staged target's live table in one commit, then remove its staged table.
 
         ``tables_at_once`` targets at a time, as a batch's MERGEs: a bootstrap of many small tables
         is mostly each overwrite's fixed cost.

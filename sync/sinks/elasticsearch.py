@@ -2,7 +2,7 @@
 
 Layout per target ``T`` (``P`` is the sink's ``index_prefix``):
 
-- a physical index ``PT-000001`` (1 shard, 0 replicas, plus ``index_settings``)
+- a generation, the index ``PT-000001`` (1 shard, 0 replicas, plus ``index_settings``)
   mapped explicitly for the columns whose type the mapping knows, dynamically
   for the rest, plus ``cdcsync_version`` (long) and ``cdcsync_deleted`` (boolean);
 - an alias ``PT``, its write index, filtered to hide delete markers. Writes and
@@ -191,13 +191,13 @@ class ElasticsearchSink:
             retry_on_timeout=True,
             **{k: v for k, v in auth.items() if v is not None},
         )
-        self.generations = Generations()  # target -> its staged physical index, until publish
+        self.generations = Generations()  # target -> its staged generation's index, until publish
 
     def alias(self, target: str) -> str:
         return f"{self.index_prefix}{target}"
 
-    def physical(self, target: str) -> str:
-        """Where this instance writes and reads ``target``: the staged index, else the alias."""
+    def index_of(self, target: str) -> str:
+        """Where this instance writes and reads ``target``: its staged generation's index, else the alias."""
         return self.generations.where(target, self.alias(target))
 
     # ------------------------------------------------------------------ open
@@ -224,7 +224,7 @@ class ElasticsearchSink:
 
     def _ensure(self, target: str, props: dict[str, Any]) -> None:
         alias, indices = self.alias(target), self._client.indices
-        physical = f"{alias}-{FIRST_GENERATION}"
+        index = f"{alias}-{FIRST_GENERATION}"
         alias_body = {"is_write_index": True, "filter": HIDE_MARKERS}
         for _attempt in range(2):  # a second pass only after losing a creation race
             if indices.exists_alias(name=alias):
@@ -242,10 +242,10 @@ class ElasticsearchSink:
             if indices.exists(index=alias):
                 raise FatalError(f"{alias} is a concrete index, not an alias (auto-created?); delete it and reopen")
             try:
-                if indices.exists(index=physical):
-                    indices.update_aliases(actions=[{"add": {"index": physical, "alias": alias, **alias_body}}])
+                if indices.exists(index=index):
+                    indices.update_aliases(actions=[{"add": {"index": index, "alias": alias, **alias_body}}])
                 else:
-                    self._create(physical, props, aliases={alias: alias_body})
+                    self._create(index, props, aliases={alias: alias_body})
                 return
             except ApiError as err:
                 if error_type(err.body) != "resource_already_exists_exception":
@@ -310,7 +310,7 @@ class ElasticsearchSink:
         mapping keeps the fields (Elasticsearch cannot remove one); no
         document has them.
         """
-        index = self.physical(target)
+        index = self.index_of(target)
         holding = {"bool": {"should": [{"exists": {"field": f}} for f in fields], "minimum_should_match": 1}}
         removed = 0
         while True:
@@ -340,13 +340,13 @@ class ElasticsearchSink:
         log.info("index=%s dropped_fields=%s documents=%d", index, list(fields), removed)
 
     def _create(
-        self, physical: str, props: dict[str, Any], aliases: dict[str, Any] | None = None, *, fill: bool = False
+        self, index: str, props: dict[str, Any], aliases: dict[str, Any] | None = None, *, fill: bool = False
     ) -> None:
         settings = {"number_of_shards": 1, "number_of_replicas": 0, **self.index_settings}
         if fill:  # a staged index: nobody searches it until publish (module docstring)
             settings = {k: v for k, v in settings.items() if k not in REFRESH_KEYS} | {"refresh_interval": "-1"}
         self._client.indices.create(
-            index=physical,
+            index=index,
             settings=settings,
             # date_detection off: an untyped text column whose first value looks like a date
             # would be mapped `date` and every later non-date value rejected.
@@ -369,12 +369,12 @@ class ElasticsearchSink:
         generations, live = self._generations(alias), self._behind(alias)
         for leftover in sorted(set(generations) - set(live)):  # an earlier stage that was never published
             self._client.indices.delete(index=leftover)
-        physical = f"{alias}-{max(generations.values(), default=0) + 1:06d}"
-        self._create(physical, props, fill=True)
-        return physical
+        index = f"{alias}-{max(generations.values(), default=0) + 1:06d}"
+        self._create(index, props, fill=True)
+        return index
 
     def _generations(self, alias: str) -> dict[str, int]:
-        """Every physical index of the alias's layout, ``<alias>-NNNNNN`` -> N (other targets' never match)."""
+        """Every generation's index of the alias's layout, ``<alias>-NNNNNN`` -> N (other targets' never match)."""
         found = self._client.indices.get(index=f"{alias}-*", expand_wildcards="open,closed", allow_no_indices=True)
         pattern = re.compile(re.escape(alias) + r"-(\d{6})")
         return {name: int(m.group(1)) for name in found if (m := pattern.fullmatch(name))}
@@ -393,17 +393,18 @@ class ElasticsearchSink:
         staged = dict(self.generations.items())
         if not staged:
             return
-        for physical in staged.values():
-            with self._errors(f"publish {physical}"):
-                self._ready(physical)
+        for generation in staged.values():
+            with self._errors(f"publish {generation}"):
+                self._ready(generation)
         actions: list[dict[str, Any]] = []
         old: list[str] = []
-        for target, physical in staged.items():
+        for target, generation in staged.items():
             alias = self.alias(target)
-            with self._errors(f"publish {physical}"):
-                behind = [index for index in self._behind(alias) if index != physical]
+            with self._errors(f"publish {generation}"):
+                behind = [index for index in self._behind(alias) if index != generation]
             actions += [{"remove": {"index": index, "alias": alias}} for index in behind]
-            actions.append({"add": {"index": physical, "alias": alias, "is_write_index": True, "filter": HIDE_MARKERS}})
+            shown = {"index": generation, "alias": alias, "is_write_index": True, "filter": HIDE_MARKERS}
+            actions.append({"add": shown})
             old += behind
         names = ", ".join(staged.values())
         with self._errors(f"publish {names}"):
@@ -415,15 +416,15 @@ class ElasticsearchSink:
                 with self._errors(f"dropping {chunk}"):
                     self._client.indices.delete(index=chunk)
 
-    def _ready(self, physical: str) -> None:
+    def _ready(self, index: str) -> None:
         """Put a staged index's own refresh interval back, check it, and refresh it (module docstring)."""
         wanted = next((str(self.index_settings[k]) for k in REFRESH_KEYS if k in self.index_settings), None)
-        self._client.indices.put_settings(index=physical, settings={"index": {"refresh_interval": wanted}})
-        now = self._client.indices.get_settings(index=physical, name="index.refresh_interval", flat_settings=True)
-        found = now.get(physical, {}).get("settings", {}).get("index.refresh_interval")  # none listed: the default
+        self._client.indices.put_settings(index=index, settings={"index": {"refresh_interval": wanted}})
+        now = self._client.indices.get_settings(index=index, name="index.refresh_interval", flat_settings=True)
+        found = now.get(index, {}).get("settings", {}).get("index.refresh_interval")  # none listed: the default
         if found != wanted:  # None on both sides: the server's default
-            raise RetryableError(f"{physical}: refresh_interval is {found!r} after restoring it to {wanted!r}")
-        self._client.indices.refresh(index=physical)
+            raise RetryableError(f"{index}: refresh_interval is {found!r} after restoring it to {wanted!r}")
+        self._client.indices.refresh(index=index)
 
     # ------------------------------------------------------------------ write
 
@@ -454,7 +455,7 @@ class ElasticsearchSink:
         if id_bytes > MAX_ID_BYTES:
             raise ValueError(f"document id of {id_bytes} bytes; elasticsearch takes at most {MAX_ID_BYTES} bytes")
         ident = {
-            "_index": self.physical(row.target),
+            "_index": self.index_of(row.target),
             "_id": row.doc_id,
             "require_alias": row.target not in self.generations,
         }
@@ -499,9 +500,9 @@ class ElasticsearchSink:
 
     def _item_error(self, kind: str, status: int, error: dict[str, Any], target: str) -> Exception:
         """The error that stops a batch for an item Elasticsearch refused for a reason not about its row."""
-        refused = f"elasticsearch {self.url} refused a write to {self.physical(target)} ({status}): {reason(error)}"
+        refused = f"elasticsearch {self.url} refused a write to {self.index_of(target)} ({status}): {reason(error)}"
         if kind == "closed":  # someone closed it; retried, then the follower stops: never dead letters
-            index = error.get("index") or self.physical(target)
+            index = error.get("index") or self.index_of(target)
             return RetryableError(
                 f"{refused}; the index {index} is closed: open it (POST {index}/_open) or rebuild the target"
                 f" (cdcsync reindex {self.name})",
@@ -520,7 +521,7 @@ class ElasticsearchSink:
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         """Every live document behind the alias (or in the staged index): ``{id: (version, doc)}``."""
-        alias = self.physical(target)
+        alias = self.index_of(target)
         held: dict[str, tuple[int, dict[str, Any]]] = {}
         if target in self.generations:
             with self._errors("check index"):

@@ -25,7 +25,7 @@ Guarantees (``cdcsync.sync.sink``):
   cannot resurrect it, and a delete of a row the sink never saw still wins
   over the older snapshot of it arriving later. Trade-off: markers are kept,
   one hash field (id + version, some tens of bytes) per deleted row, until a
-  reindex replaces them with the rebuilt generation's.
+  reindex replaces them with the staged generation's.
 - **Errors** (``redis_errors.classify``; the sink contract's rule: only an error about
   that one row rejects it, every other one stops the batch). A rejected row
   writes nothing: the script runs each command with ``redis.pcall`` and
@@ -84,13 +84,13 @@ Markers are read with HSCAN and sent back, pipelined in chunks:
 2. **promote**: each staged row is RENAMEd over the live key and each staged
    marker replaces the live row and marker, unless the id is in the journal
    with a newer live version (a tie goes to the staged state, which carries
-   the reindex's mapping). So markers are reset to the rebuilt generation's,
+   the reindex's mapping). So markers are reset to the staged generation's,
    and a mapping change reaches every row; then the journals go.
 
 What readers observe: each key switches atomically (a RENAME replaces it in
 one step, never absent in between), but not all keys at one instant; during
 publish some rows are already the rebuilt ones and others not yet. A row the
-source holds is never missing: the rebuilt generation has it (it existed up
+source holds is never missing: the staged generation has it (it existed up
 to where the generation is built), or the follower wrote it since the stage
 (journal). A writer still running an apply script without the journal (a
 follower not restarted after an upgrade) is not seen: a key it wrote during
@@ -222,7 +222,7 @@ class RedisSink:
     def forget(self, target: str, fields: Sequence[str]) -> None:
         """Remove ``fields`` from every row hash of ``target`` (DROP COLUMN); ``_v`` stays, so versions still order."""
         self._check_target(target)
-        head = f"{self._space_of(target)}:{target}:"
+        head = f"{self._generation_of(target)}:{target}:"
         keys = 0
         with self._errors("forget"):
             batch: list[str] = []
@@ -232,7 +232,7 @@ class RedisSink:
                     keys += self._hdel(batch, fields)
                     batch = []
             keys += self._hdel(batch, fields)
-        log.info("prefix=%s target=%s dropped_fields=%s rows=%d", self._space_of(target), target, list(fields), keys)
+        log.info("keys=%s target=%s dropped_fields=%s rows=%d", self._generation_of(target), target, list(fields), keys)
 
     def _hdel(self, keys: list[str], fields: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
@@ -243,22 +243,22 @@ class RedisSink:
                 raise reply
         return len(keys)
 
-    def _space_of(self, target: str) -> str:
+    def _generation_of(self, target: str) -> str:
         """Where write() and held() go for ``target``: the prefix, or its staged generation's key space."""
         return self.generations.where(target, self.prefix)
 
-    def row_key(self, target: str, doc_id: str, space: str | None = None) -> str:
-        return f"{space or self._space_of(target)}:{target}:{doc_id}"
+    def row_key(self, target: str, doc_id: str, generation: str | None = None) -> str:
+        return f"{generation or self._generation_of(target)}:{target}:{doc_id}"
 
-    def marker_key(self, target: str, space: str | None = None) -> str:
-        return f"{space or self._space_of(target)}:_deleted:{target}"
+    def marker_key(self, target: str, generation: str | None = None) -> str:
+        return f"{generation or self._generation_of(target)}:_deleted:{target}"
 
-    def journal_key(self, target: str, space: str | None = None) -> str:
+    def journal_key(self, target: str, generation: str | None = None) -> str:
         """The set of ids the running follower wrote since a reindex of ``target`` staged (module docstring).
 
-        Only the live space's journal is ever created; a staged instance's writes name one that never exists.
+        Only the live generation's journal is ever created; a staged instance's writes name one that never exists.
         """
-        return f"{space or self._space_of(target)}~written:{target}"
+        return f"{generation or self._generation_of(target)}~written:{target}"
 
     # ------------------------------------------------------------------ generations
 
@@ -271,16 +271,16 @@ class RedisSink:
                 self._client.unlink(*keys)
             for target in targets:  # from now on the running follower notes every id it writes
                 self._client.sadd(self.journal_key(target, self.prefix), JOURNAL_OPEN)
-        space = f"{self.prefix}~{time.time_ns():x}"
+        generation = f"{self.prefix}~{time.time_ns():x}"
         for target in targets:
-            self.generations.stage(target, space)
+            self.generations.stage(target, generation)
 
     def publish(self) -> None:
         """Make the live keys the staged generation plus the follower's writes since the stage (module docstring)."""
         live = self.prefix
         with self._errors("publish"):  # a killed or failed publish is finished by the next reindex (docs/reindex.md)
             for target, staged in self.generations.items():
-                # Pass 1: live rows and markers the rebuilt generation does not know and the follower did not write.
+                # Pass 1: live rows and markers the staged generation does not know and the follower did not write.
                 self._publish_scan(PURGE_SHA, target, live, staged)
                 markers = self.marker_key(target, live)
                 for ids in _chunks(field for field, _ in self._client.hscan_iter(markers, count=SCAN_COUNT)):
@@ -296,10 +296,10 @@ class RedisSink:
 
     def _shared_key(self, sha: str, target: str) -> str:
         """KEYS[1] of a publish call: the staged marker hash for the purge, the live one for the promote."""
-        return self.marker_key(target, self._space_of(target) if sha == PURGE_SHA else self.prefix)
+        return self.marker_key(target, self._generation_of(target) if sha == PURGE_SHA else self.prefix)
 
     def _publish_scan(self, sha: str, target: str, scanned: str, other: str) -> None:
-        """Run the purge or promote script over ``target``'s row keys in space ``scanned``, found by the server.
+        """Run the purge or promote script over ``target``'s row keys in generation ``scanned``, found by the server.
 
         Each call scans PUBLISH_SCAN_COUNT keys on from the cursor the previous one answered (PUBLISH_IDS).
         """
@@ -319,11 +319,11 @@ class RedisSink:
     def _publish_calls(self, sha: str, target: str, kind: str, found: list[tuple[str, str]]) -> None:
         """Run the purge or promote script on (key, id) pairs, ROWS_PER_CALL a call (KEYS: the scripts' comments)."""
         shared = [self._shared_key(sha, target), self.journal_key(target, self.prefix)]
-        space = self._space_of(target) if sha == PURGE_SHA else self.prefix  # the other generation's row keys
+        other = self._generation_of(target) if sha == PURGE_SHA else self.prefix  # the other generation's row keys
         calls = []
         for start in range(0, len(found), ROWS_PER_CALL):
             part = found[start : start + ROWS_PER_CALL]
-            keys = [*shared, *(k for key, i in part for k in (key, self.row_key(target, i, space)))]
+            keys = [*shared, *(k for key, i in part for k in (key, self.row_key(target, i, other)))]
             calls.append((keys, [kind, *(i for _, i in part)]))
         for reply in self._evalsha_all(sha, calls):
             if isinstance(reply, RedisError):
@@ -455,7 +455,7 @@ class RedisSink:
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         """Every row hash of the target: ``{doc_id: (version, fields without _v)}``."""
         self._check_target(target)
-        head = f"{self._space_of(target)}:{target}:"
+        head = f"{self._generation_of(target)}:{target}:"
         held: dict[str, tuple[int, dict[str, Any]]] = {}
         with self._errors("scan"):
             keys = list(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT))

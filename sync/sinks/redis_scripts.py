@@ -129,7 +129,7 @@ local function ids()
   return true, list, found[1]
 end
 """
-# Publish, first pass: drop the live rows or live markers the rebuilt generation knows nothing about, many
+# Publish, first pass: drop the live rows or live markers the staged generation knows nothing about, many
 # ids per call (a call per id spent most of a publish on per-call costs). KEYS[1]: the staged marker hash;
 # KEYS[2]: the journal; per id (PUBLISH_IDS): the live row key (or the live marker hash) and the staged row
 # key. An id stays when the staged generation has a row or a marker for it (the second pass replaces it) or

@@ -117,7 +117,7 @@ def in_processes(monkeypatch: pytest.MonkeyPatch, processes: int) -> None:
     if processes > 1:
         monkeypatch.setattr(parallel, "PROCESSES", processes)
         monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
-        monkeypatch.setattr(parallel, "SLICE_RECORDS", 500)
+        monkeypatch.setattr(engine, "SLICE_RECORDS", 500)
 
 
 @pytest.mark.parametrize("processes", [1, 2])

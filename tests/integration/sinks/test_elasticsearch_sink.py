@@ -159,7 +159,7 @@ def test_a_staged_index_fills_without_refreshes_and_publishes_with_its_own_inter
 ) -> None:
     sink = make_sink(prefix, "items", **({"refresh_interval": own} if own else {}))
     sink.stage([TableMapping("public.items", "items", types=TYPES)])
-    staged = sink.physical("items")
+    staged = sink.index_of("items")
     assert refresh_interval(es, staged) == "-1"  # a bulk load: nobody searches a staged index
     sink.write(1, [upsert("items", i, 100 + i, **full_doc(i)) for i in range(5)])
     sink.publish()

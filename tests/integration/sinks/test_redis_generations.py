@@ -45,9 +45,9 @@ def test_publish_drops_orphans_and_resets_markers_to_the_rebuilt_generation(pref
     live.write(
         1,
         [
-            upsert("items", 1, 10, name="old mapping"),  # the rebuilt generation has it, same version
+            upsert("items", 1, 10, name="old mapping"),  # the staged generation has it, same version
             upsert("items", 2, 10, name="orphan"),  # its delete was compacted away: the source has no row 2
-            delete("items", 3, 5),  # a marker the rebuilt generation does not have
+            delete("items", 3, 5),  # a marker the staged generation does not have
             delete("items", 4, 10**18),  # a marker with a wrong, huge version over a row the source has
         ],
     )
@@ -72,7 +72,7 @@ def test_publish_keeps_what_the_running_follower_wrote_since_the_stage(prefix: s
     reindex = RedisSink("redis-test", REDIS_URL, prefix=prefix)
     reindex.stage(ITEMS)
     reindex.write(2, [upsert("items", i, 15, name="rebuilt") for i in (1, 2, 3)])
-    # Changes past the offsets the rebuilt generation reaches, applied by the follower meanwhile.
+    # Changes past the offsets the staged generation reaches, applied by the follower meanwhile.
     live.write(3, [upsert("items", 1, 40, name="newer"), delete("items", 2, 41), upsert("items", 9, 42, name="new")])
     live.write(4, [upsert("items", 3, 12, name="older than rebuilt")])
     reindex.publish()
