@@ -308,7 +308,7 @@ class Follower:
         new, lost = shape.learned(old, fresh, unknown, lacking)
         self.sink.learn(new)
         if lost:
-            self.sink.forget(new.target, sorted(old.rename.get(c, c) for c in lost))
+            self.sink.forget(new.target, sorted(old.field(c) for c in lost))
         self.mappings[topic] = new
         reason = shape.reindex_reason(old, new, lost)
         if reason and self.reindex_needed is not None:

@@ -92,6 +92,14 @@ class TableMapping:
         object.__setattr__(self, "key_plan", key_plan)
         object.__setattr__(self, "plain_key", key_plan[0][0] if len(key_plan) == 1 and key_plan[0][2] is None else None)
 
+    def field(self, column: str) -> str:
+        """The field (document field, hash field, table column) ``column`` becomes in every sink."""
+        return self.rename.get(column, column)
+
+    def fields(self) -> dict[str, tuple[str, str | None]]:
+        """Each column a change's document holds, as its field and its type: ``plan`` without the converters."""
+        return {column: (name, kind) for column, (name, kind, _) in self.plan.items()}
+
 
 def doc_id(key: Mapping[str, Any], mapping: TableMapping) -> str:
     """The document id of a row from its primary key: the same text whichever path read the key.
@@ -190,7 +198,7 @@ def map_row(change: Change, mapping: TableMapping) -> Row:
         step = plan.get(column)
         if step is None:  # not in the catalog's types when the mapping was built (a column added since)
             if every_column and column not in mapping.dropped:
-                doc[mapping.rename.get(column, column)] = value
+                doc[mapping.field(column)] = value
             continue
         name, kind, converter = step
         doc[name] = value if converter is None or value is None else converted(value, kind, converter)
@@ -210,11 +218,12 @@ def _placeholder_reason(change: Change, mapping: TableMapping) -> str:
 def canonical_doc(row: Mapping[str, Any], mapping: TableMapping) -> dict[str, Any]:
     """A source row (column -> value from the database driver) mapped like ``map_row`` maps a change."""
     doc = {}
+    fields = mapping.fields()
     for column, value in row.items():
-        if mapping.include is not None and column not in mapping.include:
+        if column not in fields and mapping.include is not None:
             continue
-        kind = mapping.types.get(column)
-        doc[mapping.rename.get(column, column)] = canonical_value(value, kind, mapping.widths.get(column))
+        name, kind = fields.get(column, (mapping.field(column), None))
+        doc[name] = canonical_value(value, kind, mapping.widths.get(column))
     return doc
 
 

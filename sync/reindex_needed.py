@@ -152,7 +152,7 @@ def changed_while_stopped(config: Config, follower: Follower) -> None:
         old = replace(mapping, types=before, filled=frozenset())
         lost = frozenset(before) - frozenset(mapping.types)
         if lost:
-            follower.sink.forget(mapping.target, sorted(mapping.rename.get(c, c) for c in lost))
+            follower.sink.forget(mapping.target, sorted(mapping.field(c) for c in lost))
         reason = shape.reindex_reason(old, mapping, lost)
         log.info("follower=%s table=%s changed while stopped: lost=%s gained=%s", follower.name, mapping.table,
                  sorted(lost) or "none", sorted(set(mapping.types) - set(before)) or "none")  # fmt: skip

@@ -276,7 +276,7 @@ class DeltaSink:
             for column in (*mapping.types, *(mapping.include or ())):
                 if mapping.include is not None and column not in mapping.include:
                     continue
-                name = mapping.rename.get(column, column)
+                name = mapping.field(column)
                 kind = column_kind(mapping.types.get(column), column, dict(mapping.decimals))
                 if name.startswith("_cdcsync_"):
                     raise FatalError(f"mapping {mapping.table}: column {name!r} clashes with the sink's columns")

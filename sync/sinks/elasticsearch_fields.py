@@ -85,12 +85,12 @@ def properties(mapping: TableMapping, own: dict[str, Any]) -> dict[str, Any]:
 
     A column Elasticsearch would refuse in every document is a ``FatalError`` naming it and the rename to set.
     """
-    columns = mapping.include if mapping.include is not None else (*mapping.types, *sorted(mapping.untyped))
-    problems = refused_fields(mapping.table, {mapping.rename.get(c, c): c for c in columns})
+    fields = mapping.fields()
+    problems = refused_fields(mapping.table, {name: column for column, (name, _) in fields.items()})
     if problems:
         raise FatalError("; ".join(problems))
     props = dict(own)
-    for column, kind in mapping.types.items():
-        if (mapping.include is None or column in mapping.include) and kind in FIELD_TYPES:
-            props[mapping.rename.get(column, column)] = FIELD_TYPES[kind]
+    for name, kind in fields.values():
+        if kind in FIELD_TYPES:
+            props[name] = FIELD_TYPES[kind]
     return props
