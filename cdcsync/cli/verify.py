@@ -50,11 +50,11 @@ def verify(ctx: click.Context, followers: tuple[str, ...], as_json: bool) -> Non
             state = "ok" if r.clean else "DIVERGED"
             click.echo(
                 f"{r.follower:<12} {r.table:<40} {state:<9} source={r.source_rows} store={r.store_rows} "
-                f"missing={len(r.missing)} stale={len(r.stale)} extra={len(r.extra)}"
+                f"missing={r.missing_count} stale={r.stale_count} extra={r.extra_count}"
             )
             for kind in ("missing", "stale", "extra"):
-                ids = getattr(r, kind)
+                ids, count = getattr(r, kind), getattr(r, f"{kind}_count")
                 if ids:
-                    click.echo(f"    {kind}: {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}")
+                    click.echo(f"    {kind}: {', '.join(ids[:5])}{' ...' if count > 5 else ''}")
     if not all(r.clean for r in reports):
         ctx.exit(1)

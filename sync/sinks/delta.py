@@ -57,7 +57,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -318,32 +318,36 @@ class DeltaSink:
         return result
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
-        """Every live row: ``{doc_id: (version, doc in stored form)}``.
+        """Every live row: ``{doc_id: (version, doc in stored form)}``."""
+        return {ident: (version, doc) for ident, version, doc in self.scan(target)}
 
-        Read one partition at a time (``toLocalIterator``): a ``collect`` of a
-        table of wide rows held all of it in the driver's heap at once, and
-        ``verify`` of a warehouse of 60 KB rows ran out of it. A read that a
-        reindex's publish overtook is planned again on the new version.
+    def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """Every live row, one Spark partition at a time: ``(doc_id, version, doc in stored form)``.
+
+        Read with ``toLocalIterator``: a ``collect`` of a table of wide rows
+        held all of it in the driver's heap at once, and ``verify`` of a
+        warehouse of 60 KB rows ran out of it. A read that a reindex's publish
+        overtook before its first row is planned again on the new version; one
+        overtaken later fails, retryable (its rows so far are of the old table).
         """
         table, attempt = self._table(target), 0
-        with self._errors(f"reading {table.path}"):
-            while True:
-                attempt += 1
-                try:
-                    return self._read_live(target, table)
-                except Exception as err:
-                    if REPLACED not in str(err) or attempt == REPLANS:
-                        raise
-                    log.info("sink=%s table=%s replaced_while_read=true attempt=%d: planned again",
-                             self.name, table.path, attempt)  # fmt: skip
-
-    def _read_live(self, target: str, table: _Table) -> dict[str, tuple[int, dict[str, Any]]]:
         columns = [read_column(name, kind) for name, kind in table.kinds.items()]
-        out: dict[str, tuple[int, dict[str, Any]]] = {}
-        for row in self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).toLocalIterator():
-            doc = {name: decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
-            out[row[0]] = (row[1], self.stored_form(doc))
-        return out
+        while True:
+            attempt += 1
+            rows = 0
+            try:
+                read = self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).toLocalIterator()
+                for row in read:
+                    doc = {name: decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
+                    rows += 1
+                    yield row[0], row[1], self.stored_form(doc)
+                return
+            except Exception as err:
+                if REPLACED not in str(err) or attempt == REPLANS or rows:
+                    with self._errors(f"reading {table.path}"):
+                        raise
+                log.info("sink=%s table=%s replaced_while_read=true attempt=%d: planned again",
+                         self.name, table.path, attempt)  # fmt: skip
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as ``held`` returns it (see the module docstring)."""

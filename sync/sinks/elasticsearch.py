@@ -521,8 +521,11 @@ class ElasticsearchSink:
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         """Every live document behind the alias (or in the staged index): ``{id: (version, doc)}``."""
+        return {ident: (version, doc) for ident, version, doc in self.scan(target)}
+
+    def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """Every live document, a page of ``PAGE`` at a time, at one point in time: ``(id, version, doc)``."""
         alias = self.index_of(target)
-        held: dict[str, tuple[int, dict[str, Any]]] = {}
         if target in self.generations:
             with self._errors("check index"):
                 exists = self._client.indices.exists(index=alias)
@@ -530,7 +533,7 @@ class ElasticsearchSink:
             with self._errors("check alias"):
                 exists = self._client.indices.exists_alias(name=alias)
         if not exists:
-            return held
+            return
         with self._errors("refresh"):
             self._client.indices.refresh(index=alias)
         with self._errors("open point in time"):
@@ -551,9 +554,9 @@ class ElasticsearchSink:
                 pit_id, hits = page["pit_id"], page["hits"]["hits"]
                 for hit in hits:
                     doc = {k: v for k, v in hit["_source"].items() if k not in (VERSION_FIELD, DELETED_FIELD)}
-                    held[hit["_id"]] = (hit["_version"], doc)
+                    yield hit["_id"], hit["_version"], doc
                 if len(hits) < PAGE:
-                    return held
+                    return
                 search_after = hits[-1]["sort"]
         finally:
             # Best effort: an unclosed point in time expires by itself after its keep_alive.

@@ -454,24 +454,28 @@ class RedisSink:
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         """Every row hash of the target: ``{doc_id: (version, fields without _v)}``."""
+        return {ident: (version, fields) for ident, version, fields in self.scan(target)}
+
+    def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """Every row hash, ``SCAN_COUNT`` keys a round trip: ``(doc_id, version, fields without _v)``.
+
+        SCAN may return a key twice (the keyspace rehashed meanwhile): a reader keeps the last.
+        """
         self._check_target(target)
         head = f"{self._generation_of(target)}:{target}:"
-        held: dict[str, tuple[int, dict[str, Any]]] = {}
         with self._errors("scan"):
-            keys = list(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT))
-            for start in range(0, len(keys), SCAN_COUNT):
+            for keys in _chunks(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT)):
                 pipe = self._client.pipeline(transaction=False)
-                for key in keys[start : start + SCAN_COUNT]:
+                for key in keys:
                     pipe.hgetall(key)
                 replies = pipe.execute(raise_on_error=False)
-                for key, fields in zip(keys[start : start + SCAN_COUNT], replies, strict=True):
+                for key, fields in zip(keys, replies, strict=True):
                     if isinstance(fields, RedisError) and classify(fields) != "reject":
                         raise fields
                     # Skipped: a key of another type (WRONGTYPE), one gone since the scan (empty), one without _v.
                     if isinstance(fields, dict) and VERSION_FIELD in fields:
                         version = int(fields.pop(VERSION_FIELD))
-                        held[key[len(head) :]] = (version, fields)
-        return held
+                        yield key[len(head) :], version, fields
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as the row hash stores it: strings only, ``None`` fields left out."""

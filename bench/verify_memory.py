@@ -1,0 +1,129 @@
+"""``python -m bench.verify_memory``: ``cdcsync verify``'s peak memory and time as a table grows.
+
+For each size in ``--rows`` (default 100k and 1M): a Postgres table of that
+many narrow rows (a bigint key, a 96-character text, an int, a timestamptz)
+is made, an Elasticsearch store is filled with the same rows through the
+sink's own writes (no capture: what is measured is the comparison), and
+``cdcsync verify`` runs in a process of its own. Its peak RSS (the kernel's
+``ru_maxrss`` of that process) and its seconds are printed, with the ratios
+to the first size's in the same run: memory that stays put while the rows
+grow is what ``sync.verify`` promises; the time should grow with the rows.
+Not a pass/fail test. Usage: python -m bench.verify_memory [--rows 100000,1000000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.common import empty_stores, one_table_doc, say, three_followers
+
+ROWS_PER_WRITE = 5_000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.verify_memory", description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", default="100000,1000000", help="table sizes, comma-separated")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.rows.split(",")]
+    results = [measure(rows) for rows in sizes]
+    first = results[0]
+    for result in results:
+        result["rss_ratio"] = round(result["peak_rss_mib"] / first["peak_rss_mib"], 2)
+        result["seconds_ratio"] = round(result["seconds"] / first["seconds"], 2)
+        result["rows_ratio"] = round(result["rows"] / first["rows"], 2)
+    for r in results:
+        say(
+            f"verify {r['rows']:>10,} rows: {r['seconds']:7.1f} s ({r['rows_per_s']:,.0f} rows/s), "
+            f"peak RSS {r['peak_rss_mib']:,.0f} MiB; against {first['rows']:,} rows: rows x{r['rows_ratio']}, "
+            f"time x{r['seconds_ratio']}, memory x{r['rss_ratio']}; clean={r['clean']}"
+        )
+    if args.json:
+        print(json.dumps(results, indent=2))
+
+
+def measure(rows: int) -> dict[str, Any]:
+    from cdcsync.config_file import load_config
+    from cdcsync.db import connect_postgres
+
+    tag = f"vm{uuid.uuid4().hex[:6]}"
+    table = f"bench_{tag}"
+    tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-verify-"))
+    config_path = tmp / "cdcsync.yaml"
+    config_path.write_text(yaml.safe_dump(one_table_doc(tag, table, three_followers(tag, tmp, ["search"]), tmp)))
+    config = load_config(config_path)
+    pg = connect_postgres(config.sources[0], autocommit=True)
+    try:
+        say(f"{rows:,} rows: the table ...")
+        pg.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text NOT NULL, n int NOT NULL, at timestamptz)")
+        pg.execute(
+            f"INSERT INTO {table} SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text), g % 1000,"
+            f" timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {rows}) g"
+        )
+        say(f"{rows:,} rows: the store ...")
+        fill(config, rows)
+        say(f"{rows:,} rows: cdcsync verify ...")
+        started = time.monotonic()
+        verify = subprocess.Popen(
+            [sys.executable, "-m", "cdcsync", "--config", str(config_path), "verify", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        out = verify.stdout.read() if verify.stdout else b""
+        _pid, status, usage = os.wait4(verify.pid, 0)
+        seconds = time.monotonic() - started
+        report = json.loads(out)
+        return {
+            "rows": rows,
+            "seconds": round(seconds, 1),
+            "rows_per_s": round(rows / seconds),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024),
+            "clean": os.waitstatus_to_exitcode(status) == 0 and all(r["clean"] for r in report),
+        }
+    finally:
+        pg.execute(f"DROP TABLE IF EXISTS {table}")
+        empty_stores(tag)
+
+
+def fill(config: Any, rows: int) -> None:
+    """The store holds the table's rows as a follower would write them (version 1, ``op=r``)."""
+    from cdcsync.events import Change
+    from cdcsync.sync.catalog import mappings_for, source_rows
+    from cdcsync.sync.mapping import Row, canonical_doc, doc_id
+    from cdcsync.sync.sinks import build_sink
+
+    cfg = config.followers[0]
+    source, ref = config.sources[0], config.sources[0].tables[0]
+    mapping = next(iter(mappings_for(config, cfg).values()))
+    sink = build_sink(config, cfg, None)
+    sink.open([mapping])
+    batch: list[Row] = []
+    written = 0
+    for row in source_rows(source, ref):
+        doc, ident = canonical_doc(row, mapping), doc_id(row, mapping)
+        change = Change(source.name, mapping.table, "r", {"id": row["id"]}, doc, None, 1, "bench", 0, 0)
+        batch.append(Row(change, mapping.target, ident, doc))
+        if len(batch) == ROWS_PER_WRITE:
+            written += sink.write(0, batch).applied
+            batch = []
+    if batch:
+        written += sink.write(0, batch).applied
+    sink.make_visible([mapping.target])
+    sink.close()
+    if written != rows:
+        raise SystemExit(f"the store took {written:,} of {rows:,} rows")
+
+
+if __name__ == "__main__":
+    main()
