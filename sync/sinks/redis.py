@@ -232,7 +232,8 @@ class RedisSink:
                     keys += self._hdel(batch, fields)
                     batch = []
             keys += self._hdel(batch, fields)
-        log.info("keys=%s target=%s dropped_fields=%s rows=%d", self._generation_of(target), target, list(fields), keys)
+        generation = self._generation_of(target)
+        log.info("generation=%s target=%s dropped_fields=%s rows=%d", generation, target, list(fields), keys)
 
     def _hdel(self, keys: list[str], fields: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
