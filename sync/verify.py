@@ -13,7 +13,7 @@ outgrew the cache cost twice the time per row), to a SQLite file in a
 temporary directory (one table per side, keyed by id), and the three kinds
 of difference are joins of the two tables, which SQLite runs in its page
 cache (``CACHE_KIB``) and on disk. What stays in memory is one batch of ids
-and digests (~15 MB), one page of the store's reader,
+and digests (~35 MiB), one page of the store's reader,
 the cache, and at most ``LISTED`` ids of each kind (the counts are exact).
 The disk it takes is ~2 x (id + 16 bytes + SQLite's overhead) per row, in
 the temporary directory (``TMPDIR``). Alternatives: a key-ordered merge of
@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -117,15 +118,11 @@ def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, byt
 def _fill(db: sqlite3.Connection, side: str, rows: Iterable[tuple[str, bytes]]) -> int:
     """Write ``rows`` into ``side``'s table; the number of ids it holds then."""
     for batch in _batches(iter(rows)):
-        batch.sort(key=_first)  # in key order: each insert lands beside the last one's pages, not at random
+        batch.sort(key=itemgetter(0))  # in key order: each insert lands beside the last one's pages, not at random
         db.executemany(f"INSERT OR REPLACE INTO {side} (id, digest) VALUES (?, ?)", batch)
     db.commit()
     count: int = db.execute(f"SELECT COUNT(*) FROM {side}").fetchone()[0]
     return count
-
-
-def _first(pair: tuple[str, bytes]) -> str:
-    return pair[0]
 
 
 def _batches(rows: Iterator[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
