@@ -82,12 +82,15 @@ member                     contract
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from itertools import islice
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from cdcsync.sync.mapping import Row, TableMapping
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -183,6 +186,11 @@ class Sink(Protocol):
         """Every live row of ``target``, a page at a time: ``(id, version, doc in stored form)``."""
         ...
 
+    def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """The live rows of ``ids`` that ``target`` holds, as ``scan`` gives them, read now (not at a point in time):
+        ``verify`` re-checks a row that moved during its pass, and ``repair`` waits for the rows it asked for."""
+        ...
+
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         """``scan`` as one dict, ``{id: (version, doc)}``: for a small target (tests, tools)."""
         ...
@@ -194,6 +202,13 @@ class Sink(Protocol):
     def publish(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Lists of at most ``size`` items (``itertools.batched`` from Python 3.12): bounded requests over any number."""
+    rest = iter(items)
+    while batch := list(islice(rest, size)):
+        yield batch
 
 
 def redact_url(url: str) -> str:

@@ -28,10 +28,9 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
-from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.sync.catalog import mappings_for, source_rows
 from cdcsync.sync.mapping import canonical_doc, doc_id, fingerprint
-from cdcsync.sync.sink import Sink
+from cdcsync.sync.sink import Sink, batched
 
 EXAMPLES = 5  # ids of each kind in a report's JSON
 LISTED = 10_000  # ids of each kind a report keeps; the counts go on
@@ -117,17 +116,12 @@ def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, byt
 
 def _fill(db: sqlite3.Connection, side: str, rows: Iterable[tuple[str, bytes]]) -> int:
     """Write ``rows`` into ``side``'s table; the number of ids it holds then."""
-    for batch in _batches(iter(rows)):
+    for batch in batched(rows, SPILL_ROWS):
         batch.sort(key=itemgetter(0))  # in key order: each insert lands beside the last one's pages, not at random
         db.executemany(f"INSERT OR REPLACE INTO {side} (id, digest) VALUES (?, ?)", batch)
     db.commit()
     count: int = db.execute(f"SELECT COUNT(*) FROM {side}").fetchone()[0]
     return count
-
-
-def _batches(rows: Iterator[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
-    while batch := list(islice(rows, SPILL_ROWS)):
-        yield batch
 
 
 def _digest(doc: dict[str, Any]) -> bytes:

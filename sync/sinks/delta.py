@@ -57,7 +57,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -74,7 +74,7 @@ from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError, mapped
 from cdcsync.state import base_dir
 from cdcsync.sync.mapping import Row, fingerprint
-from cdcsync.sync.sink import Generations, WriteResult
+from cdcsync.sync.sink import Generations, WriteResult, batched
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks.delta_values import (
     BIGINT,
@@ -131,6 +131,7 @@ REPLACED, REPLANS = "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS", 3
 
 STAGING = "__staging"
 # How long a table version's state keeps each replaced file's entry (cdcsync.spark.REPLACED_FILE_RETENTION).
+LOOKUP_IDS = 1000  # ids in one lookup query's IN list
 REPLACED_RETENTION = "delta.deletedFileRetentionDuration"
 REPLACED_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"  # for new tables
 # Table properties cdcsync's session gives new tables, and opening a table sets where it lacks them (a table an
@@ -348,6 +349,18 @@ class DeltaSink:
                         raise
                 log.info("sink=%s table=%s replaced_while_read=true attempt=%d: planned again",
                          self.name, table.path, attempt)  # fmt: skip
+
+    def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """The live rows of these ids, ``LOOKUP_IDS`` ids a query: ``(doc_id, version, doc in stored form)``."""
+        table = self._table(target)
+        columns = [read_column(name, kind) for name, kind in table.kinds.items()]
+        for chunk in batched(ids, LOOKUP_IDS):
+            with self._errors(f"reading {table.path}"):
+                found = self.live(target).where(F.col("_cdcsync_id").isin(list(chunk)))
+                rows = found.select("_cdcsync_id", "_cdcsync_version", *columns).collect()
+            for row in rows:
+                doc = {name: decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
+                yield row[0], row[1], self.stored_form(doc)
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as ``held`` returns it (see the module docstring)."""

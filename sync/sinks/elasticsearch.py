@@ -79,7 +79,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from typing import Any, cast
 
@@ -91,7 +91,7 @@ from elasticsearch import ApiError, Elasticsearch
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError, mapped
 from cdcsync.sync.mapping import Row, TableMapping, scalar_text
-from cdcsync.sync.sink import Generations, WriteResult, redact_url
+from cdcsync.sync.sink import Generations, WriteResult, batched, redact_url
 from cdcsync.sync.sinks import secret
 from cdcsync.sync.sinks.elasticsearch_errors import (
     RETRYABLE_STATUS,
@@ -562,6 +562,19 @@ class ElasticsearchSink:
             # Best effort: an unclosed point in time expires by itself after its keep_alive.
             with suppress(ApiError, TransportConnectionError, ConnectionTimeout):
                 self._client.close_point_in_time(id=pit_id)
+
+    def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """The live documents of these ids (real-time gets, ``PAGE`` ids a request): ``(id, version, doc)``."""
+        index = self.index_of(target)
+        for chunk in batched(ids, PAGE):
+            with self._errors("get documents"):
+                found = self._client.mget(index=index, ids=list(chunk), realtime=True)["docs"]
+            for hit in found:
+                source = hit.get("_source")
+                if not hit.get("found") or source is None or source.get(DELETED_FIELD):
+                    continue
+                doc = {k: v for k, v in source.items() if k not in (VERSION_FIELD, DELETED_FIELD)}
+                yield hit["_id"], hit["_version"], doc
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as JSON, as ``_source`` stores and returns it."""

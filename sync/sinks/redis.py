@@ -126,7 +126,7 @@ from redis.exceptions import NoScriptError, RedisError
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError, mapped
 from cdcsync.sync.mapping import Row, TableMapping, scalar_text
-from cdcsync.sync.sink import Generations, WriteResult, redact_url
+from cdcsync.sync.sink import Generations, WriteResult, batched, redact_url
 from cdcsync.sync.sinks import secret
 from cdcsync.sync.sinks.redis_errors import classify, root
 from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
@@ -268,7 +268,8 @@ class RedisSink:
         self.open(mappings)
         targets = sorted({m.target for m in mappings})
         with self._errors("dropping an unpublished stage"):
-            for keys in _chunks(self._client.scan_iter(match=_glob_escape(f"{self.prefix}~") + "*", count=SCAN_COUNT)):
+            journals = self._client.scan_iter(match=_glob_escape(f"{self.prefix}~") + "*", count=SCAN_COUNT)
+            for keys in batched(journals, PIPELINE_COMMANDS):
                 self._client.unlink(*keys)
             for target in targets:  # from now on the running follower notes every id it writes
                 self._client.sadd(self.journal_key(target, self.prefix), JOURNAL_OPEN)
@@ -284,12 +285,12 @@ class RedisSink:
                 # Pass 1: live rows and markers the staged generation does not know and the follower did not write.
                 self._publish_scan(PURGE_SHA, target, live, staged)
                 markers = self.marker_key(target, live)
-                for ids in _chunks(field for field, _ in self._client.hscan_iter(markers, count=SCAN_COUNT)):
+                for ids in batched(self._marker_ids(markers), PIPELINE_COMMANDS):
                     self._publish_calls(PURGE_SHA, target, "marker", [(markers, i) for i in ids])
                 # Pass 2: every staged row and marker replaces the live key.
                 self._publish_scan(PROMOTE_SHA, target, staged, live)
                 markers = self.marker_key(target, staged)
-                for ids in _chunks(field for field, _ in self._client.hscan_iter(markers, count=SCAN_COUNT)):
+                for ids in batched(self._marker_ids(markers), PIPELINE_COMMANDS):
                     self._publish_calls(PROMOTE_SHA, target, "marker", [(markers, i) for i in ids])
             for target in self.generations:
                 self._client.unlink(self.journal_key(target, live))
@@ -465,18 +466,33 @@ class RedisSink:
         self._check_target(target)
         head = f"{self._generation_of(target)}:{target}:"
         with self._errors("scan"):
-            for keys in _chunks(self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT)):
-                pipe = self._client.pipeline(transaction=False)
-                for key in keys:
-                    pipe.hgetall(key)
-                replies = pipe.execute(raise_on_error=False)
-                for key, fields in zip(keys, replies, strict=True):
-                    if isinstance(fields, RedisError) and classify(fields) != "reject":
-                        raise fields
-                    # Skipped: a key of another type (WRONGTYPE), one gone since the scan (empty), one without _v.
-                    if isinstance(fields, dict) and VERSION_FIELD in fields:
-                        version = int(fields.pop(VERSION_FIELD))
-                        yield key[len(head) :], version, fields
+            keys = self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT)
+            for chunk in batched(keys, PIPELINE_COMMANDS):
+                yield from self._rows(head, chunk)
+
+    def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """The live rows of these ids that the target holds, a pipeline of hash reads at a time."""
+        self._check_target(target)
+        head = f"{self._generation_of(target)}:{target}:"
+        with self._errors("lookup"):
+            for chunk in batched(ids, PIPELINE_COMMANDS):
+                yield from self._rows(head, [head + ident for ident in chunk])
+
+    def _marker_ids(self, markers: str) -> Iterator[str]:
+        return (ident for ident, _ in self._client.hscan_iter(markers, count=SCAN_COUNT))
+
+    def _rows(self, head: str, keys: list[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        pipe = self._client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        replies = pipe.execute(raise_on_error=False)
+        for key, fields in zip(keys, replies, strict=True):
+            if isinstance(fields, RedisError) and classify(fields) != "reject":
+                raise fields
+            # Skipped: a key of another type (WRONGTYPE), one gone since the scan (empty), one without _v.
+            if isinstance(fields, dict) and VERSION_FIELD in fields:
+                version = int(fields.pop(VERSION_FIELD))
+                yield key[len(head) :], version, fields
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as the row hash stores it: strings only, ``None`` fields left out."""
@@ -510,18 +526,6 @@ class _Call:
 
     def split(self) -> list[_Call]:
         return [_Call(self.marker, self.journal, [part], len(part[2])) for part in self.rows]
-
-
-def _chunks(items: Iterable[str]) -> Iterator[list[str]]:
-    """Lists of at most PIPELINE_COMMANDS items: bounded round trips over a scan of any size."""
-    chunk: list[str] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= PIPELINE_COMMANDS:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _glob_escape(text: str) -> str:

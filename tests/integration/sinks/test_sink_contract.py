@@ -166,6 +166,19 @@ def test_a_few_thousand_rows_round_trip_and_every_row_is_counted_once(store: Sto
     assert "2600" not in held and held["3005"][0] == 100
 
 
+def test_lookup_reads_the_live_rows_of_the_ids_asked_for_as_scan_gives_them(store: Store) -> None:
+    sink = store.sink
+    sink.write(1, [upsert(i, 10, name=f"row {i}", n=i) for i in range(1500)])
+    sink.write(2, [delete(7, 20), upsert(8, 30, name="newer")])
+    asked = ["8", "7", "1499", "12", "no such id", "0", *map(str, range(100, 1300))]
+    found = {ident: (version, doc) for ident, version, doc in sink.lookup("items", asked)}
+    scanned = sink.held("items")
+    assert set(found) == set(asked) - {"7", "no such id"}  # a deleted row and an unknown id are not there
+    assert all(found[ident] == scanned[ident] for ident in found)
+    assert found["8"] == store.held_as(8, 30, name="newer")
+    assert list(sink.lookup("items", [])) == []
+
+
 @pytest.mark.parametrize("kind", ["elasticsearch", "redis"])  # the stores cdcsync reaches over the network
 def test_an_unreachable_server_is_retryable_and_named_without_its_password(kind: str) -> None:
     from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
