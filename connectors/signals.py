@@ -44,6 +44,7 @@ from cdcsync.db import fetch
 from cdcsync.errors import ConfigError, RetryableError
 
 INCLUDE_LIST = "table.include.list"
+SIGNAL_DATA = 2048  # the data column of the signal table create_signal_table makes
 
 
 def include_entry(table: TableRef) -> str:
@@ -119,7 +120,7 @@ def create_signal_table(source: SourceConfig) -> str | None:
     this line, while the table is missing.
     """
     table = _quoted(source, source.signal_table)
-    ddl = f"CREATE TABLE {table} (id VARCHAR(64) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048))"
+    ddl = f"CREATE TABLE {table} (id VARCHAR(64) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR({SIGNAL_DATA}))"
     try:
         if _owned(source) is None:
             fetch(source, ddl)
@@ -140,15 +141,20 @@ def request_snapshot(source: SourceConfig, tables: list[TableRef], where: str | 
     if unknown:
         raise ConfigError([f"source {source.name}: does not capture {unknown}; add them to sources[].tables first"])
     signal_id = f"cdcsync-{uuid.uuid4()}"
+    table = _quoted(source, source.signal_table)
+    data = signal_data(tables, where)
+    fetch(source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data))
+    return signal_id
+
+
+def signal_data(tables: list[TableRef], where: str | None = None) -> str:
+    """The ``data`` of an ``execute-snapshot`` signal (at most ``SIGNAL_DATA`` characters fit the signal table)."""
     signal: dict[str, object] = {"data-collections": [data_collection(t) for t in tables], "type": "incremental"}
     if where:  # each condition's data-collection is a regex matched against the entry as Debezium expanded it
         signal["additional-conditions"] = [
-            {"data-collection": "\\Q" + data_collection(t) + "\\E", "filter": where} for t in tables
+            {"data-collection": "\\Q" + data_collection(t) + "\\E", "filter": f"({where})"} for t in tables
         ]
-    data = json.dumps(signal)
-    table = _quoted(source, source.signal_table)
-    fetch(source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data))
-    return signal_id
+    return json.dumps(signal)
 
 
 def data_collection(table: TableRef) -> str:

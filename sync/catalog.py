@@ -226,27 +226,24 @@ def learner(config: Config, follower: FollowerConfig) -> Callable[[str], TableMa
     return learn
 
 
-def source_rows(source: SourceConfig, table: TableRef) -> Iterator[dict[str, Any]]:
-    """Every row of a source table, as the database driver returns it (verify)."""
+def source_rows(source: SourceConfig, table: TableRef, where: str | None = None) -> Iterator[dict[str, Any]]:
+    """Every row of a source table (those matching SQL ``where``, if given), as the database driver returns it."""
+    condition = f" WHERE {where}" if where else ""
     if source.kind == "postgres":
         with connect_postgres(source) as conn:
             for name, loader in _LOADERS.items():
                 conn.adapters.register_loader(name, loader)
             conn.execute("SET IntervalStyle = 'iso_8601'")
             conn.execute("SET lc_monetary = 'C'")  # money as $1,234.56, which sync.values reads as its digits
-            yield from _postgres_rows(conn, table)
+            with conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
+                cur.execute(f'SELECT * FROM "{table.namespace}"."{table.table}"{condition}')
+                yield from cur
     else:
         conn = connect_mariadb(source)
         with conn, conn.cursor(pymysql.cursors.SSDictCursor) as cur:
-            cur.execute(f"SELECT * FROM `{table.namespace}`.`{table.table}`")
+            cur.execute(f"SELECT * FROM `{table.namespace}`.`{table.table}`{condition}")
             for row in cur:
                 yield dict(row)
-
-
-def _postgres_rows(conn: psycopg.Connection, table: TableRef) -> Iterator[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
-        cur.execute(f'SELECT * FROM "{table.namespace}"."{table.table}"')
-        yield from cur
 
 
 def _far_loader(base: type[Loader], latest: Any, earliest: Any) -> type[Loader]:

@@ -28,20 +28,25 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from cdcsync.config import Config, FollowerConfig
+from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.sync.catalog import mappings_for, source_rows
-from cdcsync.sync.mapping import canonical_doc, doc_id, fingerprint
+from cdcsync.sync.keys import readable, rows_of
+from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint
 from cdcsync.sync.sink import Sink, batched
 
 EXAMPLES = 5  # ids of each kind in a report's JSON
+KINDS = ("missing", "extra", "stale")
 LISTED = 10_000  # ids of each kind a report keeps; the counts go on
+PAUSES_S = (0.0, 1.0, 2.0, 4.0, 8.0)  # before each re-check of the differing rows (``recheck``)
 SPILL_ROWS = 100_000  # rows written to the spill file at a time, sorted by id
 CACHE_KIB = 64 * 1024  # SQLite's page cache for the comparison
 # Nobody else reads the file and it is thrown away: no journal, no fsync.
@@ -70,29 +75,101 @@ class TableReport:
     def clean(self) -> bool:
         return not (self.missing_count or self.extra_count or self.stale_count)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, ids: int | None = EXAMPLES) -> dict[str, Any]:
+        """As JSON: the first ``ids`` listed ids of each kind (None: all listed, what ``repair --from`` reads)."""
         data = asdict(self)
-        for key in ("missing", "extra", "stale"):
-            data[key] = data[key][:EXAMPLES]
+        for key in KINDS:
+            data[key] = data[key][:ids]
         data["clean"] = self.clean
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TableReport:
+        """A report as ``as_dict(None)`` wrote it."""
+        fields = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return cls(**fields)
 
-def verify_follower(config: Config, follower: FollowerConfig, sink: Sink) -> list[TableReport]:
+    def listed(self) -> dict[str, str]:
+        """Each listed id -> its kind."""
+        return {ident: kind for kind in KINDS for ident in getattr(self, kind)}
+
+
+def verify_follower(
+    config: Config, follower: FollowerConfig, sink: Sink, only: str | None = None, pauses: Sequence[float] = PAUSES_S
+) -> list[TableReport]:
+    """Each followed table (``only`` that one, ``source.namespace.table``) compared, its moved rows re-checked."""
     mappings = mappings_for(config, follower)
     sink.open(list(mappings.values()))
     reports = []
     for source, table in config.followed_tables(follower):
         mapping = mappings[source.topic(table)]
         report = TableReport(follower.name, f"{source.name}.{table}", mapping.target)
+        if only is not None and report.table != only:
+            continue
         expected = (
             (doc_id(row, mapping), _digest(sink.stored_form(canonical_doc(row, mapping))))
             for row in source_rows(source, table)
         )
         held = ((ident, _digest(doc)) for ident, _version, doc in sink.scan(mapping.target))
         compare(expected, held, report)
+        recheck(report, partial(look, source, table, mapping, sink), pauses)
         reports.append(report)
     return reports
+
+
+def look(
+    source: SourceConfig, table: TableRef, mapping: TableMapping, sink: Sink, ids: Collection[str]
+) -> dict[str, tuple[bytes | None, bytes | None]]:
+    """Each id's digest in the source and in the store now (None: not there), the store read after the source;
+    empty when the table's key cannot be read back from its ids (``sync.keys.readable``)."""
+    if not readable(mapping):
+        return {}
+    there = {
+        ident: _digest(sink.stored_form(canonical_doc(row, mapping)))
+        for ident, row in rows_of(source, table, mapping, ids)
+    }
+    held = {ident: _digest(doc) for ident, _version, doc in sink.lookup(mapping.target, ids)}
+    return {ident: (there.get(ident), held.get(ident)) for ident in ids}
+
+
+def recheck(
+    report: TableReport,
+    look: Callable[[Collection[str]], dict[str, tuple[bytes | None, bytes | None]]],
+    pauses: Sequence[float] = PAUSES_S,
+) -> None:
+    """Look again at the listed ids after each pause; a row leaves the report once it agrees, or once its
+    store copy changes between two looks (the follower is applying that row's changes: in flight, not stuck).
+
+    The pass reads the source, then the store, over minutes: a row changed
+    meanwhile differs without being divergent, and a follower needs a moment
+    to apply a change (a warehouse batch some seconds). A row that still
+    differs, and whose store copy stayed as it was through every look, is
+    reported in the kind its last look found (a stale row deleted at the
+    source meanwhile is extra). Ids past ``LISTED`` are counted, not re-checked.
+    """
+    listed = report.listed()
+    first: dict[str, bytes | None] = {}
+    last: dict[str, tuple[bytes | None, bytes | None]] = {}
+    for pause in pauses:
+        if not listed:
+            break
+        time.sleep(pause)
+        last = look(list(listed))
+        if not last:
+            return  # the rows cannot be looked up: the pass's findings stand
+        for ident in list(listed):
+            there, held = last[ident]
+            if there == held or first.setdefault(ident, held) != held:
+                del listed[ident]
+    for kind in KINDS:
+        before = len(getattr(report, kind))
+        now = sorted(i for i in listed if _kind(*last[i]) == kind) if last else getattr(report, kind)
+        setattr(report, f"{kind}_count", getattr(report, f"{kind}_count") - before + len(now))
+        setattr(report, kind, now)
+
+
+def _kind(there: bytes | None, held: bytes | None) -> str:
+    return "missing" if held is None else "extra" if there is None else "stale"
 
 
 def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, bytes]], report: TableReport) -> None:

@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bootstrap": ("cdcsync.cli.bootstrap", "bootstrap", "Build a new follower's store, aligned with exact offsets."),
     "reindex": ("cdcsync.cli.reindex", "reindex", "Rebuild a follower's store beside the live one, then switch."),
     "verify": ("cdcsync.cli.verify", "verify", "Compare each derived store with its source, row by row."),
+    "repair": (
+        "cdcsync.cli.repair",
+        "repair",
+        "Make the rows where a store differs from its source right, through the log.",
+    ),
     "lag": ("cdcsync.cli.lag", "lag", "How far each follower and each source's capture is behind."),
     "status": ("cdcsync.cli.status", "status", "Capture, followers and sinks: healthy or not (exit 1)."),
 }
