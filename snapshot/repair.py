@@ -9,7 +9,7 @@ whose key changed within the window, so each row reaches the topic once, in
 order with the live changes, as an ``r`` event whose version sits at the
 transaction it is emitted in (``cdcsync.events``). Every follower of the source
 gets it, and a write made after it still wins; a row deleted in the source
-meanwhile is simply not emitted (the store's copy then shows as extra).
+meanwhile is not emitted (its delete streams to the stores as any other).
 
 A signal's data must fit the signal table's column (``SIGNAL_DATA``), so
 the keys go in as many signals as they need, up to ``SIGNALS_PER_TABLE``;

@@ -16,10 +16,16 @@ cache (``CACHE_KIB``) and on disk. What stays in memory is one batch of ids
 and digests (~35 MiB), one page of the store's reader,
 the cache, and at most ``LISTED`` ids of each kind (the counts are exact).
 The disk it takes is ~2 x (id + 16 bytes + SQLite's overhead) per row, in
-the temporary directory (``TMPDIR``). Alternatives: a key-ordered merge of
-two sorted reads needs both sides sorted alike, which Elasticsearch
-(no sort on ``_id``) and Redis (SCAN order) cannot give; range checksums with
-bisection need a store that can checksum a key range, which only the
+the temporary directory (``TMPDIR``).
+
+A row that differs is looked at again by id a few times over ~15 s
+(``recheck``): one the follower was still applying, or a writer changed
+during the pass, is not divergence (docs/followers.md, "Rows in flight").
+
+Alternatives: a key-ordered merge of two sorted reads needs both sides
+sorted alike, which Elasticsearch (no sort on ``_id``) and Redis (SCAN
+order) cannot give; range checksums with bisection need a store that can
+checksum a key range, which only the
 warehouse can.
 """
 
