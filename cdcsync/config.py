@@ -286,6 +286,15 @@ BATCH_RECORDS = {"elasticsearch": 200_000, "redis": 200_000, "delta": 100_000}
 BATCH_BYTES = {"elasticsearch": 64 * 1024 * 1024, "redis": 64 * 1024 * 1024, "delta": 64 * 1024 * 1024}
 
 
+class VerifySettings(_Strict):
+    """The daemon's background verification of a follower (docs/followers.md, "Background verification")."""
+
+    enabled: bool = Field(True, description="compare each table with its source in the background, paced")
+    rows_per_s: int = Field(1000, ge=1, description="rows read per second on each side: the pace of a pass")
+    period_s: float = Field(3600, ge=10, description="a table's passes start at most this often")
+    auto_repair: bool = Field(False, description="repair what a pass found (as `cdcsync repair`), through the log")
+
+
 class FollowerConfig(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     kind: Literal["elasticsearch", "redis", "delta"]
@@ -322,6 +331,7 @@ class FollowerConfig(_Strict):
     refresh_each_batch: bool = Field(
         True, description="elasticsearch: refresh the written indexes after each batch (false: refresh_interval)"
     )
+    verify: VerifySettings = VerifySettings()
 
     @property
     def trigger_s(self) -> float:

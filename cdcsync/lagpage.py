@@ -59,7 +59,20 @@ def snapshot(health: Health | None = None, now_s: float | None = None) -> dict[s
     except Exception as err:  # the page still shows the lag when health cannot be read
         ok, lines = False, [f"health unreadable: {err}"]
     report = metrics.latest_lag()
-    return build(report, states, restarts, applied, ok, lines, time.time() if now_s is None else now_s)
+    ended = {
+        (lab["follower"], lab["table"]): v
+        for lab, v in samples(metrics.VERIFY_LAST_PASS, "cdcsync_verify_last_pass_timestamp_seconds")
+    }
+    verified = {
+        key: (int(v), ended[key])
+        for key, v in (
+            ((lab["follower"], lab["table"]), v)
+            for lab, v in samples(metrics.VERIFY_DIVERGENT, "cdcsync_verify_divergent_rows")
+        )
+        if key in ended
+    }
+    now = time.time() if now_s is None else now_s
+    return build(report, states, restarts, applied, ok, lines, now, verified)
 
 
 def build(
@@ -70,8 +83,13 @@ def build(
     healthy: bool,
     health_lines: list[str],
     now_s: float,
+    verified: dict[tuple[str, str], tuple[int, float]] | None = None,
 ) -> dict[str, Any]:
-    """The page's data (``/lag.json``) from a ``connectors.lag.LagReport`` (or None before the first) and the rest."""
+    """The page's data (``/lag.json``) from a ``connectors.lag.LagReport`` (or None before the first) and the rest.
+
+    ``verified``: (follower, ``source.namespace.table``) -> (rows differing, end time) of its last background pass.
+    """
+    verified = verified or {}
     reasons: dict[str, str] = {}
     problems: list[str] = []
     for line in health_lines:
@@ -90,6 +108,7 @@ def build(
         tables = []
         for t in lag.tables if lag is not None else []:
             commit_s = applied.get((name, t.table))
+            checked = verified.get((name, f"{t.source}.{t.table}"))
             tables.append(
                 {
                     "source": t.source,
@@ -99,6 +118,8 @@ def build(
                     "offsets_behind": t.offsets_behind,
                     "seconds_behind": t.seconds_behind,
                     "last_applied_commit_age_s": None if commit_s is None else max(0.0, now_s - commit_s),
+                    "divergent_rows": None if checked is None else checked[0],
+                    "verified_age_s": None if checked is None else max(0.0, now_s - checked[1]),
                 }
             )
         followers.append(
@@ -191,6 +212,15 @@ ul.problems{background:#ffebe9;border:1px solid #ff8182;border-radius:6px;paddin
 """
 
 
+def verified_cell(divergent: int | None, age_s: float | None) -> str:
+    """The cell of a table's last background verify pass: rows differing, and how long ago it ended."""
+    if divergent is None or age_s is None:
+        return '<td class="muted">not yet</td>'
+    if divergent == 0:
+        return f"<td>same as the source, {seconds(age_s)} ago</td>"
+    return f"<td class=slow>{divergent:,} rows differ, {seconds(age_s)} ago</td>"
+
+
 def badge(state: str) -> str:
     return f'<span class="badge {_TONE.get(state, "info")}">{escape(state)}</span>'
 
@@ -229,7 +259,7 @@ def render(data: dict[str, Any]) -> str:
         if f["tables"]:
             out.append(
                 "<table><tr><th>table</th><th>source</th><th>state</th><th class=num>offsets behind</th>"
-                "<th class=num>seconds behind</th><th class=num>last change applied</th></tr>"
+                "<th class=num>seconds behind</th><th class=num>last change applied</th><th>verified</th></tr>"
             )
             for t in f["tables"]:
                 slow = " slow" if (t["seconds_behind"] or 0) >= SLOW_S else ""
@@ -238,7 +268,8 @@ def render(data: dict[str, Any]) -> str:
                     f"<tr><td>{escape(t['table'])}</td><td>{escape(t['source'])}</td><td>{badge(t['state'])}</td>"
                     f"<td class=num>{t['offsets_behind']:,}</td>"
                     f"<td class='num{slow}'>{seconds(t['seconds_behind'])}</td>"
-                    f"<td class=num>{'–' if age is None else 'committed ' + seconds(age) + ' ago'}</td></tr>"
+                    f"<td class=num>{'–' if age is None else 'committed ' + seconds(age) + ' ago'}</td>"
+                    f"{verified_cell(t['divergent_rows'], t['verified_age_s'])}</tr>"
                 )
             out.append("</table>")
         elif data["lag_at_s"] is not None:

@@ -104,6 +104,22 @@ SLOT_RETAINED_WAL = Gauge(
     ["source", "slot"],
 )
 
+VERIFY_DIVERGENT = Gauge(
+    "cdcsync_verify_divergent_rows",
+    "Rows in which the store differed from the source (missing + stale + extra) at the table's last complete "
+    "background verify pass, after its re-check of rows in flight",
+    ["follower", "table"],
+)
+VERIFY_LAST_PASS = Gauge(
+    "cdcsync_verify_last_pass_timestamp_seconds",
+    "When the table's last complete background verify pass ended (Unix time)",
+    ["follower", "table"],
+)
+VERIFY_PERIOD = Gauge(
+    "cdcsync_verify_period_seconds", "How often each table's background verify pass starts (verify.period_s)",
+    ["follower"],
+)  # fmt: skip
+
 Health = Callable[[], tuple[bool, list[str]]]  # (healthy, one line per problem)
 
 _latest_lag: list[Any] = []  # the collector's last LagReport, for the lag page

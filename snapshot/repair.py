@@ -171,3 +171,13 @@ def wait(plan: Plan, sink: Sink, done: TableRepair, timeout_s: float, progress: 
             shown = time.monotonic()
         time.sleep(POLL_S)
     done.waiting = ids
+
+
+def start(config: Config, follower: FollowerConfig, sink: Sink, reports: list[TableReport]) -> str:
+    """Ask for every divergent row of ``reports`` again without waiting (the daemon's ``auto_repair``); a line."""
+    done = [request(plan, sink) for plan in plans(config, follower, reports)]
+    return "; ".join(
+        f"{d.table}: asked again for {d.asked} rows in {d.signals} signals, removed {d.removed} extra rows"
+        + (f" ({d.note})" if d.note else "")
+        for d in done
+    )

@@ -8,7 +8,8 @@ the rows themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import date
 from typing import Any, NamedTuple
 
@@ -26,6 +27,7 @@ from cdcsync.names import default_target
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.values import EARLIEST, LATEST
 
+PAGE_ROWS = 5000  # rows per query of ``source_pages``
 POSTGRES_TYPES = {
     "numeric": "decimal",
     "date": "date",
@@ -230,11 +232,7 @@ def source_rows(source: SourceConfig, table: TableRef, where: str | None = None)
     """Every row of a source table (those matching SQL ``where``, if given), as the database driver returns it."""
     condition = f" WHERE {where}" if where else ""
     if source.kind == "postgres":
-        with connect_postgres(source) as conn:
-            for name, loader in _LOADERS.items():
-                conn.adapters.register_loader(name, loader)
-            conn.execute("SET IntervalStyle = 'iso_8601'")
-            conn.execute("SET lc_monetary = 'C'")  # money as $1,234.56, which sync.values reads as its digits
+        with _postgres(source) as conn:
             with conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
                 cur.execute(f'SELECT * FROM "{table.namespace}"."{table.table}"{condition}')
                 yield from cur
@@ -244,6 +242,54 @@ def source_rows(source: SourceConfig, table: TableRef, where: str | None = None)
             cur.execute(f"SELECT * FROM `{table.namespace}`.`{table.table}`{condition}")
             for row in cur:
                 yield dict(row)
+
+
+def source_pages(
+    source: SourceConfig, table: TableRef, key: Sequence[str], page_rows: int = PAGE_ROWS
+) -> Iterator[dict[str, Any]]:
+    """Every row of a source table in key order, ``page_rows`` rows a query, each query its own transaction.
+
+    For a pass that runs for hours at a slow pace (the daemon's background
+    verify): one cursor open that long would hold Postgres's oldest snapshot
+    back (vacuum could not clean behind it) or keep a MariaDB transaction
+    open. Each page starts after the last key of the one before; a row
+    changed between two pages is seen as it is when its page is read.
+    """
+    quote = '"' if source.kind == "postgres" else "`"
+    names = [quote + column.replace(quote, quote * 2) + quote for column in key]
+    left = f"({', '.join(names)})"
+    name = f"{quote}{table.namespace}{quote}.{quote}{table.table}{quote}"
+    after: tuple[Any, ...] | None = None
+    while True:
+        where = "" if after is None else f" WHERE {left} > ({', '.join(['%s'] * len(key))})"
+        query = f"SELECT * FROM {name}{where} ORDER BY {', '.join(names)} LIMIT {int(page_rows)}"
+        rows = _fetch_rows(source, query, after)
+        yield from rows
+        if len(rows) < page_rows:
+            return
+        after = tuple(rows[-1][column] for column in key)
+
+
+def _fetch_rows(source: SourceConfig, query: str, params: tuple[Any, ...] | None) -> list[dict[str, Any]]:
+    if source.kind == "postgres":
+        with _postgres(source) as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(query, params)
+            return cur.fetchall()
+    conn = connect_mariadb(source)
+    with conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(query, params)
+        return [dict(row) for row in cur.fetchall()]
+
+
+@contextmanager
+def _postgres(source: SourceConfig) -> Iterator[psycopg.Connection]:
+    """A connection that reads values as ``verify`` compares them."""
+    with connect_postgres(source) as conn:
+        for name, loader in _LOADERS.items():
+            conn.adapters.register_loader(name, loader)
+        conn.execute("SET IntervalStyle = 'iso_8601'")
+        conn.execute("SET lc_monetary = 'C'")  # money as $1,234.56, which sync.values reads as its digits
+        yield conn
 
 
 def _far_loader(base: type[Loader], latest: Any, earliest: Any) -> type[Loader]:

@@ -35,20 +35,21 @@ import hashlib
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
-from cdcsync.sync.catalog import mappings_for, source_rows
+from cdcsync.sync.catalog import mappings_for, source_pages, source_rows
 from cdcsync.sync.keys import readable, rows_of
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint
 from cdcsync.sync.sink import Sink, batched
 
+T = TypeVar("T")
 EXAMPLES = 5  # ids of each kind in a report's JSON
 KINDS = ("missing", "extra", "stale")
 LISTED = 10_000  # ids of each kind a report keeps; the counts go on
@@ -101,9 +102,18 @@ class TableReport:
 
 
 def verify_follower(
-    config: Config, follower: FollowerConfig, sink: Sink, only: str | None = None, pauses: Sequence[float] = PAUSES_S
+    config: Config,
+    follower: FollowerConfig,
+    sink: Sink,
+    only: str | None = None,
+    pauses: Sequence[float] = PAUSES_S,
+    pace: float | None = None,
 ) -> list[TableReport]:
-    """Each followed table (``only`` that one, ``source.namespace.table``) compared, its moved rows re-checked."""
+    """Each followed table (``only`` that one, ``source.namespace.table``) compared, its moved rows re-checked.
+
+    ``pace``: rows per second read on each side at most (the daemon's background pass), the source then
+    read a page per query in key order (``source_pages``), never in one long transaction.
+    """
     mappings = mappings_for(config, follower)
     sink.open(list(mappings.values()))
     reports = []
@@ -112,15 +122,31 @@ def verify_follower(
         report = TableReport(follower.name, f"{source.name}.{table}", mapping.target)
         if only is not None and report.table != only:
             continue
+        rows = source_rows(source, table)
+        if pace is not None and mapping.key_columns:
+            rows = source_pages(source, table, mapping.key_columns)
         expected = (
-            (doc_id(row, mapping), _digest(sink.stored_form(canonical_doc(row, mapping))))
-            for row in source_rows(source, table)
+            (doc_id(row, mapping), _digest(sink.stored_form(canonical_doc(row, mapping)))) for row in paced(rows, pace)
         )
-        held = ((ident, _digest(doc)) for ident, _version, doc in sink.scan(mapping.target))
+        held = ((ident, _digest(doc)) for ident, _version, doc in paced(sink.scan(mapping.target), pace))
         compare(expected, held, report)
         recheck(report, partial(look, source, table, mapping, sink), pauses)
         reports.append(report)
     return reports
+
+
+def paced(items: Iterable[T], per_s: float | None, every: int = 500) -> Iterator[T]:
+    """``items``, at most ``per_s`` of them a second (None: as fast as they come), checked each ``every``."""
+    if per_s is None:
+        yield from items
+        return
+    start = time.monotonic()
+    for count, item in enumerate(items, 1):
+        yield item
+        if count % every == 0:
+            ahead = count / per_s - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
 
 
 def look(

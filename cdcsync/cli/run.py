@@ -1,10 +1,12 @@
-"""``cdcsync run``: the daemon (``sync.daemon``), assembled with the capture watchdog, lag and reindex recovery."""
+"""``cdcsync run``: the daemon (``sync.daemon``), assembled with the capture watchdog, lag, background verify and
+reindex recovery."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
 import click
@@ -71,9 +73,11 @@ def run(
     """
     from cdcsync.connectors.lag import COLLECT_S, LagCollector
     from cdcsync.connectors.watch import WATCH_S, CaptureWatch
+    from cdcsync.snapshot import repair
     from cdcsync.snapshot.reindex import finish_killed
     from cdcsync.spark import spark_session
     from cdcsync.sync.daemon import Daemon, Round, run_once
+    from cdcsync.sync.watch_verify import BackgroundVerify
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     for noisy in ("py4j", "elastic_transport"):  # a line per request is not the daemon's news
@@ -98,6 +102,9 @@ def run(
         rounds.append(Round("cdcsync.capture", watch.tick, WATCH_S, health=watch.health))
     if metrics_port:
         rounds.append(Round("cdcsync.lag", LagCollector(config, selected).tick, COLLECT_S))
+    if any(f.verify.enabled for f in selected):
+        checks = BackgroundVerify(config, selected, spark, partial(repair.start, config))
+        rounds.append(Round("cdcsync.verify", checks.tick, checks.every_s))
     daemon = Daemon(config, selected, spark, prepare, rounds)
     if metrics_port:
         daemon.serve(metrics_port, metrics_host)

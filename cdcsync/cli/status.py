@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -179,7 +180,7 @@ def read_daemon(url: str) -> dict[str, Any] | None:
 
 def follower_checks(config: Any, daemon: dict[str, Any] | None, url: str) -> list[Check]:
     from cdcsync.snapshot.reindex import killed_line
-    from cdcsync.sync import reindex_needed
+    from cdcsync.sync import reindex_needed, watch_verify
 
     checks = []
     for cfg in config.followers:
@@ -188,6 +189,16 @@ def follower_checks(config: Any, daemon: dict[str, Any] | None, url: str) -> lis
             checks.append(Check("follower", cfg.name, False, "reindex unfinished", killed))
         for line in reindex_needed.lines(config, cfg.name):  # rows no change will fix (a RENAME COLUMN, a DEFAULT)
             checks.append(Check("follower", cfg.name, False, "reindex needed", line))
+        for table, result in sorted(watch_verify.last_results(config, cfg.name).items()):
+            if watch_verify.divergent(result):  # the daemon's last background pass of the table found them
+                ago = max(0.0, time.time() - float(result["ended_at"]))
+                found = (
+                    f"{table}: {watch_verify.divergent(result)} rows differ from the source (missing="
+                    f"{result['missing_count']} stale={result['stale_count']} extra={result['extra_count']}) at the "
+                    f"background pass that ended {ago / 60:.0f} min ago; "
+                    f"run `cdcsync repair {cfg.name} --table {table}`"
+                )
+                checks.append(Check("follower", cfg.name, False, "diverged", found))
         if daemon is None:
             absent = f"no daemon answers at {url}; start `cdcsync run` (or pass --metrics-port)"
             checks.append(Check("follower", cfg.name, False, "not running", absent))

@@ -9,6 +9,10 @@ re-check must not report the rows the writer has in flight) lists those and
 nothing else; the source then deletes one divergent key and updates another,
 and `repair --from` the report converges every store through the log: the
 newest state wins, and `verify` is clean.
+
+Then the daemon's own background pass, with ``auto_repair``: a divergence
+planted in Redis under the writer shows in /metrics within a period and in
+`status`, and is repaired with no command.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.mapping import Row
 from cdcsync.sync.sinks import build_sink
 from tests.integration.followers import Scenario, numbered_table, scenario, writing
+from tests.integration.test_lag_metrics import free_port, scrape
 from tests.support import ENV, execute, uid
 
 ROWS = 2000  # the writer updates ids 1..ROWS; 3001.. are left to the test
@@ -164,6 +169,42 @@ def test_divergence_planted_under_writes_is_found_exactly_and_repaired_through_t
                 held = {ident: doc for ident, (_v, doc) in opened(sc, follower, None).held(t).items()}
                 assert "3004" not in held and "900001" not in held
                 assert str(held["3005"]["v"]) == "5555" and str(held["3001"]["v"]) == "3001"
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(120) == 0, log.read_text()[-3000:]
+        finally:
+            if daemon.poll() is None:
+                os.killpg(daemon.pid, signal.SIGKILL)
+
+
+def test_the_daemon_finds_divergence_in_the_background_and_repairs_it_itself(spark: Any, tmp_path: Path) -> None:
+    t = f"rep_{uid()}"
+    ddl = numbered_table(t, ROWS)
+    ddl["postgres"].append(f"INSERT INTO {t} SELECT g, g FROM generate_series(3001, 3005) g")
+    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, ddl) as sc:
+        for follower in sc.raw["followers"]:
+            follower["verify"] = {"period_s": 30, "rows_per_s": 5000, "auto_repair": True}
+        config_path, log, port = tmp_path / "cdcsync.yaml", tmp_path / "run.log", free_port()
+        config_path.write_text(yaml.safe_dump(sc.raw))
+        command = [sys.executable, "-m", "cdcsync", "--config", str(config_path)]
+        daemon = subprocess.Popen([*command, "run", "--metrics-port", str(port), "cache"], stdout=open(log, "ab"),
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        table = f"{sc.config.sources[0].name}.public.{t}"
+
+        def divergent() -> float | None:
+            return scrape(port).get(("cdcsync_verify_divergent_rows", (("follower", "cache"), ("table", table))))
+
+        try:
+            until("a clean background pass", lambda: divergent() == 0, 300, log)
+            with writing(t, ROWS):
+                plant_cache(sc, t)
+                until("the divergence found by a pass", lambda: (divergent() or 0) > 0, 120, log)
+                status = cli(command, "status", "--json", "--metrics-port", str(port), timeout=120)
+                assert status.returncode == 1 and f"cdcsync repair cache --table {table}" in status.stdout, (
+                    status.stdout
+                )
+                until("repaired by the daemon, clean at the next pass", lambda: divergent() == 0, 180, log)
+            assert "auto_repair" in log.read_text()
+            until("verify clean", lambda: cli(command, "verify", "cache").returncode == 0, 300, log)
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(120) == 0, log.read_text()[-3000:]
         finally:

@@ -107,6 +107,20 @@ def test_page_shows_every_follower_table_and_number_and_refreshes() -> None:
     assert "http://" not in page and "https://" not in page and "<script" not in page  # no external asset
 
 
+def test_each_table_shows_its_last_background_verify_pass() -> None:
+    now = NOW_MS / 1000
+    verified = {("search", "pg.public.orders"): (3, now - 120), ("search", "pg.public.customers"): (0, now - 30)}
+    data = lagpage.build(report(), {"search": "running"}, {}, {}, True, [], now, verified)
+    orders, customers = data["followers"][0]["tables"]
+    assert (orders["divergent_rows"], orders["verified_age_s"]) == (3, 120.0)
+    assert (customers["divergent_rows"], customers["verified_age_s"]) == (0, 30.0)
+    text = text_of(lagpage.render(data))
+    assert "3 rows differ, 2 min ago" in text and "same as the source, 30 s ago" in text, text
+    unverified = lagpage.build(report(), {"search": "running"}, {}, {}, True, [], now)
+    assert unverified["followers"][0]["tables"][0]["divergent_rows"] is None
+    assert "not yet" in text_of(lagpage.render(unverified))
+
+
 def test_names_are_escaped() -> None:
     data = lagpage.build(None, {"x": "stopped"}, {}, {}, False, ["follower x stopped: bad <b>mapping</b>"], 0.0)
     page = lagpage.render(data)
