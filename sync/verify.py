@@ -54,6 +54,7 @@ EXAMPLES = 5  # ids of each kind in a report's JSON
 KINDS = ("missing", "extra", "stale")
 LISTED = 10_000  # ids of each kind a report keeps; the counts go on
 PAUSES_S = (0.0, 1.0, 2.0, 4.0, 8.0)  # before each re-check of the differing rows (``recheck``)
+PROGRESS_S = 10.0
 SPILL_ROWS = 100_000  # rows written to the spill file at a time, sorted by id
 CACHE_KIB = 64 * 1024  # SQLite's page cache for the comparison
 # Nobody else reads the file and it is thrown away: no journal, no fsync.
@@ -108,11 +109,13 @@ def verify_follower(
     only: str | None = None,
     pauses: Sequence[float] = PAUSES_S,
     pace: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[TableReport]:
     """Each followed table (``only`` that one, ``source.namespace.table``) compared, its moved rows re-checked.
 
     ``pace``: rows per second read on each side at most (the daemon's background pass), the source then
-    read a page per query in key order (``source_pages``), never in one long transaction.
+    read a page per query in key order (``source_pages``), never in one long transaction. ``progress`` gets a
+    line about every ``PROGRESS_S`` seconds while a side is read.
     """
     mappings = mappings_for(config, follower)
     sink.open(list(mappings.values()))
@@ -125,14 +128,29 @@ def verify_follower(
         rows = source_rows(source, table)
         if pace is not None and mapping.key_columns:
             rows = source_pages(source, table, mapping.key_columns)
-        expected = (
-            (doc_id(row, mapping), _digest(sink.stored_form(canonical_doc(row, mapping)))) for row in paced(rows, pace)
-        )
-        held = ((ident, _digest(doc)) for ident, _version, doc in paced(sink.scan(mapping.target), pace))
+        rows = counted(paced(rows, pace), progress, f"{report.table}: source")
+        expected = ((doc_id(row, mapping), _digest(sink.stored_form(canonical_doc(row, mapping)))) for row in rows)
+        store = counted(paced(sink.scan(mapping.target), pace), progress, f"{report.table}: {follower.name}")
+        held = ((ident, _digest(doc)) for ident, _version, doc in store)
         compare(expected, held, report)
         recheck(report, partial(look, source, table, mapping, sink), pauses)
         reports.append(report)
     return reports
+
+
+def counted(items: Iterable[T], progress: Callable[[str], None] | None, what: str) -> Iterator[T]:
+    """``items``, with a line to ``progress`` about every ``PROGRESS_S`` seconds: how many so far, how fast."""
+    if progress is None:
+        yield from items
+        return
+    start = shown = time.monotonic()
+    count = 0
+    for count, item in enumerate(items, 1):
+        yield item
+        if count % 10_000 == 0 and time.monotonic() - shown >= PROGRESS_S:
+            shown = time.monotonic()
+            progress(f"{what}: {count:,} rows read ({count / (shown - start):,.0f} rows/s)")
+    progress(f"{what}: {count:,} rows read in {time.monotonic() - start:.1f} s")
 
 
 def paced(items: Iterable[T], per_s: float | None, every: int = 500) -> Iterator[T]:

@@ -54,7 +54,7 @@ def repair(
             sink.open(list(mappings_for(config, chosen).values()))
         else:
             say(f"verifying {chosen.name} ...")
-            reports = verify_follower(config, chosen, sink, only)
+            reports = verify_follower(config, chosen, sink, only, progress=say)
         todo = plans(config, chosen, reports)
         say(f"{len(todo)} tables differ" + "".join(f"\n  {_counts(p.report)}" for p in todo))
         done = [request(plan, sink) for plan in todo]
@@ -65,7 +65,7 @@ def repair(
         deadline = time.monotonic() + timeout
         for plan, d in zip(todo, done, strict=True):
             wait(plan, sink, d, max(0.0, deadline - time.monotonic()), say)
-        after = verify_follower(config, chosen, sink, only) if todo else reports
+        after = verify_follower(config, chosen, sink, only, progress=say) if todo else reports
     finally:
         sink.close()
     clean = all(r.clean for r in after)

@@ -45,7 +45,9 @@ def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_
             click.echo(f"warning: {line}", err=True)
         sink = build_sink(config, follower, spark)
         try:
-            reports.extend(verify_follower(config, follower, sink, only))
+            reports.extend(
+                verify_follower(config, follower, sink, only, progress=lambda line: click.echo(line, err=True))
+            )
         finally:
             sink.close()
     if as_json:
@@ -63,3 +65,7 @@ def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_
                     click.echo(f"    {kind}: {', '.join(ids[:5])}{' ...' if count > 5 else ''}")
     if not all(r.clean for r in reports):
         ctx.exit(1)
+
+
+def _progress(line: str) -> None:
+    click.echo(line, err=True)
