@@ -247,6 +247,18 @@ def fingerprint(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, sort_keys=True, default=_plain, separators=(",", ":"))
 
 
+def fingerprint_bytes(doc: Mapping[str, Any]) -> bytes:
+    """Bytes equal for two documents exactly when their ``fingerprint``s are, made some times faster (orjson):
+    for comparing (``verify``), never stored. orjson writes a non-finite float as null, and refuses an
+    integer past 64 bits: a document whose bytes hold a null is fingerprinted the slow way (``verify``
+    leaves None out of a document, so a null is rare)."""
+    try:
+        text = orjson.dumps(doc, default=_plain, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return fingerprint(doc).encode()
+    return fingerprint(doc).encode() if b"null" in text else text
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return decimal_text(value)

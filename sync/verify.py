@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.sync.catalog import mappings_for, source_pages, source_rows
 from cdcsync.sync.keys import readable, rows_of
-from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint
+from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint_bytes
 from cdcsync.sync.sink import Sink, batched
 
 T = TypeVar("T")
@@ -252,7 +252,7 @@ def _fill(db: sqlite3.Connection, side: str, rows: Iterable[tuple[str, bytes]]) 
 
 
 def _digest(doc: dict[str, Any]) -> bytes:
-    return hashlib.blake2b(fingerprint(_present(doc)).encode(), digest_size=16).digest()
+    return hashlib.blake2b(fingerprint_bytes(_present(doc)), digest_size=16).digest()
 
 
 def _present(doc: dict[str, Any]) -> dict[str, Any]:

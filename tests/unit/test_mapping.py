@@ -265,3 +265,20 @@ def test_bit_strings_as_postgres_writes_them_from_debeziums_bytes_and_each_drive
     row = map_row(Change("s", "public.t", "c", {"k": "AQ=="}, {"k": "AQ==", "b": ""}, None, 1, "t", 0, 1), mapping)
     assert (row.doc_id, row.doc) == ("0001", {"k": "0001", "b": "000"})
     assert doc_id({"k": "0001"}, mapping) == "0001"  # verify's key, from the driver
+
+
+def test_fingerprint_bytes_tell_documents_apart_exactly_as_fingerprint_does() -> None:
+    from datetime import UTC, date, datetime, time, timedelta, timezone
+    from decimal import Decimal
+
+    from cdcsync.sync.mapping import fingerprint, fingerprint_bytes
+
+    values = [
+        1, 1.0, 2**70, -(2**63), "1", "null", True, Decimal("1.50"), Decimal("1.5"), float("nan"), float("inf"),
+        float("-inf"), datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 1, tzinfo=timezone(timedelta(hours=1))),
+        date(2026, 1, 1), time(13, 45, 30), b"\x00\x01", [1, None, 2.5], {"b": 1, "a": [float("nan")]}, [],
+    ]  # fmt: skip
+    docs = [{"v": v, "id": 7} for v in values] + [{"id": 7}, {"id": 7, "w": "x"}]
+    for a in docs:
+        for b in docs:
+            assert (fingerprint(a) == fingerprint(b)) == (fingerprint_bytes(a) == fingerprint_bytes(b)), (a, b)
