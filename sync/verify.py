@@ -9,13 +9,15 @@ sink's live rows are read back (``Sink.scan``). Each id is then ``missing``
 Memory does not grow with the table. Neither side is held: each row becomes
 its id and a 16-byte digest of its fingerprint, written in batches of
 ``SPILL_ROWS``, each sorted by id (inserted at random, a keyed table that
-outgrew the cache cost twice the time per row), to a SQLite file in a
-temporary directory (one table per side, keyed by id), and the three kinds
-of difference are joins of the two tables, which SQLite runs in its page
-cache (``CACHE_KIB``) and on disk. What stays in memory is one batch of ids
-and digests (~35 MiB), one page of the store's reader,
-the cache, and at most ``LISTED`` ids of each kind (the counts are exact).
-The disk it takes is ~2 x (id + 16 bytes + SQLite's overhead) per row, in
+outgrew the cache cost twice the time per row), to a SQLite file per side
+in a temporary directory (a table keyed by id). The two sides are read at
+once, each on a thread of its own, since each mostly waits for its server.
+The three kinds of difference are then joins of the two tables, which
+SQLite runs in its page caches (``CACHE_KIB`` each) and on disk. What stays
+in memory is a batch of ids and digests per side (~35 MiB each), one page
+of the store's reader, the caches, and at most ``LISTED`` ids of each kind
+(the counts are exact). The disk it takes is ~2 x (id + 16 bytes +
+SQLite's overhead) per row, in
 the temporary directory (``TMPDIR``).
 
 A row that differs is looked at again by id a few times over ~15 s
@@ -34,8 +36,10 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -56,13 +60,12 @@ LISTED = 10_000  # ids of each kind a report keeps; the counts go on
 PAUSES_S = (0.0, 1.0, 2.0, 4.0, 8.0)  # before each re-check of the differing rows (``recheck``)
 PROGRESS_S = 10.0
 SPILL_ROWS = 100_000  # rows written to the spill file at a time, sorted by id
-CACHE_KIB = 64 * 1024  # SQLite's page cache for the comparison
-# Nobody else reads the file and it is thrown away: no journal, no fsync.
-SPILL = f"""
-PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -{CACHE_KIB}; PRAGMA temp_store = FILE;
-CREATE TABLE source (id TEXT PRIMARY KEY, digest BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE store (id TEXT PRIMARY KEY, digest BLOB NOT NULL) WITHOUT ROWID;
-"""
+CACHE_KIB = 64 * 1024  # SQLite's page cache for each side
+SIDES = ("source", "store")
+# Nobody else reads the files and they are thrown away: no journal, no fsync.
+PRAGMAS = (
+    f"PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -{CACHE_KIB}; PRAGMA temp_store = FILE;"
+)
 
 
 @dataclass
@@ -225,30 +228,50 @@ def _kind(there: bytes | None, held: bytes | None) -> str:
 def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, bytes]], report: TableReport) -> None:
     """Fill ``report`` from the source's (id, digest) pairs and the store's, spilled to disk (module docstring).
 
-    An id met twice on one side counts once, its last digest kept (SCAN may return a Redis key twice).
+    The two sides are read at once, each on a thread into a file of its own: each mostly waits for its
+    server. An id met twice on one side counts once, its last digest kept (SCAN may return a Redis key twice).
     """
-    with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp, closing(sqlite3.connect(Path(tmp) / "db")) as db:
-        db.executescript(SPILL)
-        report.source_rows = _fill(db, "source", expected)
-        report.store_rows = _fill(db, "store", held)
-        kinds = {
-            "missing": "SELECT s.id FROM source s WHERE NOT EXISTS (SELECT 1 FROM store t WHERE t.id = s.id)",
-            "extra": "SELECT t.id FROM store t WHERE NOT EXISTS (SELECT 1 FROM source s WHERE s.id = t.id)",
-            "stale": "SELECT s.id FROM source s JOIN store t ON t.id = s.id WHERE t.digest != s.digest",
-        }
-        for kind, query in kinds.items():
-            setattr(report, f"{kind}_count", db.execute(f"SELECT COUNT(*) FROM ({query})").fetchone()[0])
-            setattr(report, kind, [row[0] for row in db.execute(f"{query} ORDER BY 1 LIMIT {LISTED}")])
+    with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp:
+        files = {side: Path(tmp) / side for side in SIDES}
+        failed = threading.Event()  # one side failed: the other stops at its next batch
+        with ThreadPoolExecutor(len(SIDES), thread_name_prefix="cdcsync-verify") as pool:
+            filling = [
+                pool.submit(_fill, files[side], side, rows, failed)
+                for side, rows in zip(SIDES, (expected, held), strict=True)
+            ]
+            report.source_rows, report.store_rows = (f.result() for f in filling)
+        with closing(sqlite3.connect(files["source"])) as db:
+            db.executescript(PRAGMAS)
+            db.execute("ATTACH DATABASE ? AS other", (str(files["store"]),))
+            db.execute(f"PRAGMA other.cache_size = -{CACHE_KIB}")
+            kinds = {
+                "missing": "SELECT s.id FROM source s WHERE NOT EXISTS (SELECT 1 FROM store t WHERE t.id = s.id)",
+                "extra": "SELECT t.id FROM store t WHERE NOT EXISTS (SELECT 1 FROM source s WHERE s.id = t.id)",
+                "stale": "SELECT s.id FROM source s JOIN store t ON t.id = s.id WHERE t.digest != s.digest",
+            }
+            for kind, query in kinds.items():
+                setattr(report, f"{kind}_count", db.execute(f"SELECT COUNT(*) FROM ({query})").fetchone()[0])
+                setattr(report, kind, [row[0] for row in db.execute(f"{query} ORDER BY 1 LIMIT {LISTED}")])
 
 
-def _fill(db: sqlite3.Connection, side: str, rows: Iterable[tuple[str, bytes]]) -> int:
-    """Write ``rows`` into ``side``'s table; the number of ids it holds then."""
-    for batch in batched(rows, SPILL_ROWS):
-        batch.sort(key=itemgetter(0))  # in key order: each insert lands beside the last one's pages, not at random
-        db.executemany(f"INSERT OR REPLACE INTO {side} (id, digest) VALUES (?, ?)", batch)
-    db.commit()
-    count: int = db.execute(f"SELECT COUNT(*) FROM {side}").fetchone()[0]
-    return count
+def _fill(path: Path, side: str, rows: Iterable[tuple[str, bytes]], failed: threading.Event) -> int:
+    """Write ``rows`` into ``side``'s table in a file of its own; the number of ids it holds then."""
+    try:
+        with closing(sqlite3.connect(path)) as db:
+            db.executescript(
+                PRAGMAS + f"CREATE TABLE {side} (id TEXT PRIMARY KEY, digest BLOB NOT NULL) WITHOUT ROWID;"
+            )
+            for batch in batched(rows, SPILL_ROWS):
+                if failed.is_set():
+                    return 0
+                batch.sort(key=itemgetter(0))  # in key order: each insert lands beside the last one's, not at random
+                db.executemany(f"INSERT OR REPLACE INTO {side} (id, digest) VALUES (?, ?)", batch)
+            db.commit()
+            count: int = db.execute(f"SELECT COUNT(*) FROM {side}").fetchone()[0]
+            return count
+    except BaseException:
+        failed.set()
+        raise
 
 
 def _digest(doc: dict[str, Any]) -> bytes:
