@@ -1,14 +1,16 @@
 """``python -m bench.verify_memory``: ``cdcsync verify``'s peak memory and time as a table grows.
 
-For each size in ``--rows`` (default 100k and 1M): a Postgres table of that
-many narrow rows (a bigint key, a 96-character text, an int, a timestamptz)
-is made, an Elasticsearch store is filled with the same rows through the
-sink's own writes (no capture: what is measured is the comparison), and
-``cdcsync verify`` runs in a process of its own. Its peak RSS (the kernel's
+For each size in ``--rows`` (default 100k and 1M) and each store in
+``--sinks`` (default Elasticsearch): a Postgres table of that many narrow
+rows (a bigint key, a 96-character text, an int, a timestamptz) is made,
+the store is filled with the same rows through the sink's own writes (no
+capture: what is measured is the comparison), and ``cdcsync verify`` runs
+in a process of its own. Its peak RSS (the kernel's
 ``ru_maxrss`` of that process) and its seconds are printed, with the ratios
 to the first size's in the same run: memory that stays put while the rows
 grow is what ``sync.verify`` promises; the time should grow with the rows.
-Not a pass/fail test. Usage: python -m bench.verify_memory [--rows 100000,1000000] [--json]
+Not a pass/fail test.
+Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache] [--json]
 """
 
 from __future__ import annotations
@@ -34,26 +36,35 @@ ROWS_PER_WRITE = 5_000
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.verify_memory", description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="100000,1000000", help="table sizes, comma-separated")
+    parser.add_argument("--sinks", default="search", help="followers to verify: search (Elasticsearch), cache (Redis)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = parser.parse_args()
     sizes = [int(n) for n in args.rows.split(",")]
-    results = [measure(rows) for rows in sizes]
-    first = results[0]
-    for result in results:
-        result["rss_ratio"] = round(result["peak_rss_mib"] / first["peak_rss_mib"], 2)
-        result["seconds_ratio"] = round(result["seconds"] / first["seconds"], 2)
-        result["rows_ratio"] = round(result["rows"] / first["rows"], 2)
+    results = []
+    for sink in args.sinks.split(","):
+        results += ratios([measure(rows, sink) for rows in sizes])
     for r in results:
         say(
-            f"verify {r['rows']:>10,} rows: {r['seconds']:7.1f} s ({r['rows_per_s']:,.0f} rows/s), "
-            f"peak RSS {r['peak_rss_mib']:,.0f} MiB; against {first['rows']:,} rows: rows x{r['rows_ratio']}, "
+            f"verify {r['sink']:<6} {r['rows']:>10,} rows: {r['seconds']:7.1f} s ({r['rows_per_s']:,.0f} rows/s), "
+            f"peak RSS {r['peak_rss_mib']:,.0f} MiB; against {r['first_rows']:,} rows: rows x{r['rows_ratio']}, "
             f"time x{r['seconds_ratio']}, memory x{r['rss_ratio']}; clean={r['clean']}"
         )
     if args.json:
         print(json.dumps(results, indent=2))
 
 
-def measure(rows: int) -> dict[str, Any]:
+def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each result against the first (the smallest table) of its store."""
+    first = results[0]
+    for result in results:
+        result["rss_ratio"] = round(result["peak_rss_mib"] / first["peak_rss_mib"], 2)
+        result["seconds_ratio"] = round(result["seconds"] / first["seconds"], 2)
+        result["rows_ratio"] = round(result["rows"] / first["rows"], 2)
+        result["first_rows"] = first["rows"]
+    return results
+
+
+def measure(rows: int, sink: str = "search") -> dict[str, Any]:
     from cdcsync.config_file import load_config
     from cdcsync.db import connect_postgres
 
@@ -61,7 +72,7 @@ def measure(rows: int) -> dict[str, Any]:
     table = f"bench_{tag}"
     tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-verify-"))
     config_path = tmp / "cdcsync.yaml"
-    config_path.write_text(yaml.safe_dump(one_table_doc(tag, table, three_followers(tag, tmp, ["search"]), tmp)))
+    config_path.write_text(yaml.safe_dump(one_table_doc(tag, table, three_followers(tag, tmp, [sink]), tmp)))
     config = load_config(config_path)
     pg = connect_postgres(config.sources[0], autocommit=True)
     try:
@@ -85,6 +96,7 @@ def measure(rows: int) -> dict[str, Any]:
         seconds = time.monotonic() - started
         report = json.loads(out)
         return {
+            "sink": sink,
             "rows": rows,
             "seconds": round(seconds, 1),
             "rows_per_s": round(rows / seconds),
