@@ -44,8 +44,8 @@ test-chaos: chaos
 lint: install  ## ruff and mypy
 	@$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
 
-bench: up  ## benchmarks (not part of `make test`): followers, freshness read back from the stores, a 1M-row bootstrap, the daemon's memory on a wide backlog, the warehouse MERGE, its source, a batch of several tables, adaptive execution and log checkpoints, the Redis publish, a publish of many small tables, Delta auto compaction, a Spark driver's cold start, the WAL that REPLICA IDENTITY FULL costs, verify's memory as a table grows
-	@$(PY) -m bench && $(PY) -m bench.freshness && $(PY) -m bench.bootstrap && $(PY) -m bench.memory && $(PY) -m bench.delta_merge && $(PY) -m bench.delta_source && $(PY) -m bench.delta_tables && $(PY) -m bench.delta_adaptive && $(PY) -m bench.delta_checkpoint && $(PY) -m bench.redis_publish && $(PY) -m bench.publish && $(PY) -m bench.delta_compaction --files 50,2000,8000 && $(PY) -m bench.jvm_start && $(PY) -m bench.replica_identity && $(PY) -m bench.verify_memory --sinks search,cache
+bench: up  ## benchmarks (not part of `make test`): followers, freshness read back from the stores, a 1M-row bootstrap, the daemon's memory on a wide backlog, the warehouse MERGE, its source, a batch of several tables, adaptive execution and log checkpoints, the Redis publish, a publish of many small tables, Delta auto compaction, a Spark driver's cold start, the WAL that REPLICA IDENTITY FULL costs, verify's memory as a table grows and the CPU of its background pass
+	@$(PY) -m bench && $(PY) -m bench.freshness && $(PY) -m bench.bootstrap && $(PY) -m bench.memory && $(PY) -m bench.delta_merge && $(PY) -m bench.delta_source && $(PY) -m bench.delta_tables && $(PY) -m bench.delta_adaptive && $(PY) -m bench.delta_checkpoint && $(PY) -m bench.redis_publish && $(PY) -m bench.publish && $(PY) -m bench.delta_compaction --files 50,2000,8000 && $(PY) -m bench.jvm_start && $(PY) -m bench.replica_identity && $(PY) -m bench.verify_memory --sinks search,cache && $(PY) -m bench.verify_pace
 
 clean-state: down  ## delete the state directory (data, logs, caches)
 	rm -rf $(STATE)

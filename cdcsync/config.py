@@ -290,7 +290,7 @@ class VerifySettings(_Strict):
     """The daemon's background verification of a follower (docs/followers.md, "Background verification")."""
 
     enabled: bool = Field(True, description="compare each table with its source in the background, paced")
-    rows_per_s: int = Field(1000, ge=1, description="rows read per second on each side: the pace of a pass")
+    rows_per_s: int = Field(800, ge=1, description="rows read per second on each side: the pace of a pass")
     period_s: float = Field(3600, ge=10, description="a table's passes start at most this often")
     auto_repair: bool = Field(False, description="repair what a pass found (as `cdcsync repair`), through the log")
 

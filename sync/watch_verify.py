@@ -8,7 +8,7 @@ daemon runs it itself, a table at a time, on a thread of its own (a daemon
 
 - a table's pass starts at most every ``verify.period_s`` (3600 s), the
   first ``FIRST_PASS_S`` after the daemon starts (the followers catch up
-  first); it reads ``verify.rows_per_s`` rows a second on each side (1000),
+  first); it reads ``verify.rows_per_s`` rows a second on each side (800),
   the source a page per query in key order, never in one long transaction;
 - at its end, ``cdcsync_verify_divergent_rows{follower,table}`` and
   ``cdcsync_verify_last_pass_timestamp_seconds`` are set, and the report is
