@@ -39,7 +39,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -62,6 +61,7 @@ PROGRESS_S = 10.0
 SPILL_ROWS = 100_000  # rows written to the spill file at a time, sorted by id
 CACHE_KIB = 64 * 1024  # SQLite's page cache for each side
 SIDES = ("source", "store")
+SIDE_TABLE = "CREATE TABLE {} (id TEXT PRIMARY KEY, digest BLOB NOT NULL) WITHOUT ROWID;"
 # Nobody else reads the files and they are thrown away: no journal, no fsync.
 PRAGMAS = (
     f"PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -{CACHE_KIB}; PRAGMA temp_store = FILE;"
@@ -234,12 +234,21 @@ def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, byt
     with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp:
         files = {side: Path(tmp) / side for side in SIDES}
         failed = threading.Event()  # one side failed: the other stops at its next batch
-        with ThreadPoolExecutor(len(SIDES), thread_name_prefix="cdcsync-verify") as pool:
-            filling = [
-                pool.submit(_fill, files[side], side, rows, failed)
-                for side, rows in zip(SIDES, (expected, held), strict=True)
-            ]
-            report.source_rows, report.store_rows = (f.result() for f in filling)
+        counts: dict[str, int] = {}
+        errors: list[BaseException] = []
+        # Daemon threads, not an executor's: interpreter exit joins those, and a paced pass may take hours.
+        threads = [
+            threading.Thread(target=_fill, args=(files[side], side, rows, failed, counts, errors), daemon=True,
+                             name=f"cdcsync-verify-{side}")
+            for side, rows in zip(SIDES, (expected, held), strict=True)
+        ]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        report.source_rows, report.store_rows = counts["source"], counts["store"]
         with closing(sqlite3.connect(files["source"])) as db:
             db.executescript(PRAGMAS)
             db.execute("ATTACH DATABASE ? AS other", (str(files["store"]),))
@@ -254,8 +263,15 @@ def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, byt
                 setattr(report, kind, [row[0] for row in db.execute(f"{query} ORDER BY 1 LIMIT {LISTED}")])
 
 
-def _fill(path: Path, side: str, rows: Iterable[tuple[str, bytes]], failed: threading.Event) -> int:
-    """Write ``rows`` into ``side``'s table in a file of its own; the number of ids it holds then."""
+def _fill(
+    path: Path,
+    side: str,
+    rows: Iterable[tuple[str, bytes]],
+    failed: threading.Event,
+    counts: dict[str, int],
+    errors: list[BaseException],
+) -> None:
+    """Write ``rows`` into ``side``'s table in a file of its own; ``counts[side]``: the ids it holds then."""
     try:
         with closing(sqlite3.connect(path)) as db:
             db.executescript(
@@ -263,15 +279,14 @@ def _fill(path: Path, side: str, rows: Iterable[tuple[str, bytes]], failed: thre
             )
             for batch in batched(rows, SPILL_ROWS):
                 if failed.is_set():
-                    return 0
+                    return
                 batch.sort(key=itemgetter(0))  # in key order: each insert lands beside the last one's, not at random
                 db.executemany(f"INSERT OR REPLACE INTO {side} (id, digest) VALUES (?, ?)", batch)
             db.commit()
-            count: int = db.execute(f"SELECT COUNT(*) FROM {side}").fetchone()[0]
-            return count
-    except BaseException:
+            counts[side] = db.execute(f"SELECT COUNT(*) FROM {side}").fetchone()[0]
+    except BaseException as err:
+        errors.append(err)
         failed.set()
-        raise
 
 
 def _digest(doc: dict[str, Any]) -> bytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from cdcsync.sync import verify
@@ -33,3 +35,20 @@ def test_ids_listed_are_bounded_in_id_order_but_the_counts_are_exact(monkeypatch
     compare(source, iter([]), report)
     assert report.missing == ["0", "1", "10"] and report.missing_count == 100 == report.source_rows
     assert report.as_dict()["missing_count"] == 100 and len(report.as_dict()["missing"]) == 3
+
+
+def test_a_side_that_fails_fails_the_comparison_and_stops_the_other() -> None:
+    read: list[int] = []
+
+    def source() -> Iterator[tuple[str, bytes]]:
+        for i in range(1_000_000):
+            read.append(i)
+            yield str(i), b"v"
+
+    def store() -> Iterator[tuple[str, bytes]]:
+        yield "1", b"v"
+        raise ConnectionError("store went away")
+
+    with pytest.raises(ConnectionError, match="store went away"):
+        compare(source(), store(), TableReport("f", "pg.public.t", "t"))
+    assert len(read) < 1_000_000  # stopped at a batch boundary, not read to the end
