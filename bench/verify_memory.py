@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,25 +67,7 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def measure(rows: int, sink: str = "search") -> dict[str, Any]:
-    from cdcsync.config_file import load_config
-    from cdcsync.db import connect_postgres
-
-    tag = f"vm{uuid.uuid4().hex[:6]}"
-    table = f"bench_{tag}"
-    tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-verify-"))
-    config_path = tmp / "cdcsync.yaml"
-    config_path.write_text(yaml.safe_dump(one_table_doc(tag, table, three_followers(tag, tmp, [sink]), tmp)))
-    config = load_config(config_path)
-    pg = connect_postgres(config.sources[0], autocommit=True)
-    try:
-        say(f"{rows:,} rows: the table ...")
-        pg.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text NOT NULL, n int NOT NULL, at timestamptz)")
-        pg.execute(
-            f"INSERT INTO {table} SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text), g % 1000,"
-            f" timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {rows}) g"
-        )
-        say(f"{rows:,} rows: the store ...")
-        fill(config, rows)
+    with narrow_table(rows, sink) as (config_path, _config):
         say(f"{rows:,} rows: cdcsync verify ...")
         started = time.monotonic()
         verify = subprocess.Popen(
@@ -103,6 +87,32 @@ def measure(rows: int, sink: str = "search") -> dict[str, Any]:
             "peak_rss_mib": round(usage.ru_maxrss / 1024),
             "clean": os.waitstatus_to_exitcode(status) == 0 and all(r["clean"] for r in report),
         }
+
+
+@contextmanager
+def narrow_table(rows: int, sink: str) -> Iterator[tuple[Path, Any]]:
+    """A Postgres table of ``rows`` narrow rows, captured by nothing, and ``sink``'s store filled with the same
+    rows: the config's path and the config; the table and the store are removed after."""
+    from cdcsync.config_file import load_config
+    from cdcsync.db import connect_postgres
+
+    tag = f"vm{uuid.uuid4().hex[:6]}"
+    table = f"bench_{tag}"
+    tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-verify-"))
+    config_path = tmp / "cdcsync.yaml"
+    config_path.write_text(yaml.safe_dump(one_table_doc(tag, table, three_followers(tag, tmp, [sink]), tmp)))
+    config = load_config(config_path)
+    pg = connect_postgres(config.sources[0], autocommit=True)
+    try:
+        say(f"{sink}: {rows:,} rows, the table ...")
+        pg.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text NOT NULL, n int NOT NULL, at timestamptz)")
+        pg.execute(
+            f"INSERT INTO {table} SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text), g % 1000,"
+            f" timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {rows}) g"
+        )
+        say(f"{sink}: {rows:,} rows, the store ...")
+        fill(config, rows)
+        yield config_path, config
     finally:
         pg.execute(f"DROP TABLE IF EXISTS {table}")
         empty_stores(tag)

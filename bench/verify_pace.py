@@ -15,17 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench import cpu
-from bench.common import empty_stores, one_table_doc, say, three_followers
-from bench.verify_memory import fill
+from bench.common import say
+from bench.verify_memory import narrow_table
 
 GOAL_CORES = 0.05
 
@@ -50,26 +45,10 @@ def main() -> None:
 
 
 def measure(rows: int, pace: float, sink_name: str, idle_s: float) -> dict[str, Any]:
-    from cdcsync.config_file import load_config
-    from cdcsync.db import connect_postgres
     from cdcsync.sync.sinks import build_sink
     from cdcsync.sync.verify import verify_follower
 
-    tag = f"vp{uuid.uuid4().hex[:6]}"
-    table = f"bench_{tag}"
-    tmp = Path(tempfile.mkdtemp(prefix="cdcsync-bench-pace-"))
-    config_path = tmp / "cdcsync.yaml"
-    config_path.write_text(yaml.safe_dump(one_table_doc(tag, table, three_followers(tag, tmp, [sink_name]), tmp)))
-    config = load_config(config_path)
-    pg = connect_postgres(config.sources[0], autocommit=True)
-    try:
-        say(f"{sink_name}: {rows:,} rows, the table and the store ...")
-        pg.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text NOT NULL, n int NOT NULL, at timestamptz)")
-        pg.execute(
-            f"INSERT INTO {table} SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text), g % 1000,"
-            f" timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {rows}) g"
-        )
-        fill(config, rows)
+    with narrow_table(rows, sink_name) as (_path, config):
         follower = config.followers[0]
         sink = build_sink(config, follower, None)
         say(f"{sink_name}: {idle_s:.0f} s idle, then a pass at {pace:,.0f} rows/s ...")
@@ -83,21 +62,18 @@ def measure(rows: int, pace: float, sink_name: str, idle_s: float) -> dict[str, 
         seconds = time.monotonic() - started
         used = cpu.cores(before, cpu.sample())
         sink.close()
-        parts = sorted({*used, *idle} - {k for k in used if k.startswith("spark jvm: ")})
-        over = {p: round(used.get(p, 0.0) - idle.get(p, 0.0), 3) for p in parts}
-        return {
-            "sink": sink_name,
-            "rows": rows,
-            "pace": pace,
-            "seconds": round(seconds, 1),
-            "cores": round(sum(v for v in over.values() if v > 0), 3),
-            "idle_cores": round(sum(idle.get(p, 0.0) for p in parts), 3),
-            "by_part": {p: v for p, v in over.items() if v >= 0.005},
-            "clean": report.clean,
-        }
-    finally:
-        pg.execute(f"DROP TABLE IF EXISTS {table}")
-        empty_stores(tag)
+    parts = sorted({*used, *idle} - {k for k in used if k.startswith("spark jvm: ")})
+    over = {p: round(used.get(p, 0.0) - idle.get(p, 0.0), 3) for p in parts}
+    return {
+        "sink": sink_name,
+        "rows": rows,
+        "pace": pace,
+        "seconds": round(seconds, 1),
+        "cores": round(sum(v for v in over.values() if v > 0), 3),
+        "idle_cores": round(sum(idle.get(p, 0.0) for p in parts), 3),
+        "by_part": {p: v for p, v in over.items() if v >= 0.005},
+        "clean": report.clean,
+    }
 
 
 if __name__ == "__main__":
