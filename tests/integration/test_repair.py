@@ -176,11 +176,15 @@ def test_divergence_planted_under_writes_is_found_exactly_and_repaired_through_t
                 os.killpg(daemon.pid, signal.SIGKILL)
 
 
-def test_the_daemon_finds_divergence_in_the_background_and_repairs_it_itself(spark: Any, tmp_path: Path) -> None:
-    t = f"rep_{uid()}"
-    ddl = numbered_table(t, ROWS)
-    ddl["postgres"].append(f"INSERT INTO {t} SELECT g, g FROM generate_series(3001, 3005) g")
-    with scenario(spark, tmp_path, {"postgres": [f"public.{t}"]}, ddl) as sc:
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+def test_the_daemon_finds_divergence_in_the_background_and_repairs_it_itself(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    t, namespace = f"rep_{uid()}", "public" if kind == "postgres" else "inventory"
+    ddl = numbered_table(t, ROWS, kind)
+    more = "g, g FROM generate_series(3001, 3005) g" if kind == "postgres" else "seq, seq FROM seq_3001_to_3005"
+    ddl[kind].append(f"INSERT INTO {t} SELECT {more}")
+    with scenario(spark, tmp_path, {kind: [f"{namespace}.{t}"]}, ddl) as sc:
         for follower in sc.raw["followers"]:
             follower["verify"] = {"period_s": 30, "rows_per_s": 5000, "auto_repair": True}
         config_path, log, port = tmp_path / "cdcsync.yaml", tmp_path / "run.log", free_port()
@@ -188,14 +192,14 @@ def test_the_daemon_finds_divergence_in_the_background_and_repairs_it_itself(spa
         command = [sys.executable, "-m", "cdcsync", "--config", str(config_path)]
         daemon = subprocess.Popen([*command, "run", "--metrics-port", str(port), "cache"], stdout=open(log, "ab"),
                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        table = f"{sc.config.sources[0].name}.public.{t}"
+        table = f"{sc.config.sources[0].name}.{namespace}.{t}"
 
         def divergent() -> float | None:
             return scrape(port).get(("cdcsync_verify_divergent_rows", (("follower", "cache"), ("table", table))))
 
         try:
             until("a clean background pass", lambda: divergent() == 0, 300, log)
-            with writing(t, ROWS):
+            with writing(t, ROWS, kind):
                 plant_cache(sc, t)
                 until("the divergence found by a pass", lambda: (divergent() or 0) > 0, 120, log)
                 status = cli(command, "status", "--json", "--metrics-port", str(port), timeout=120)
