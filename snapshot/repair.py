@@ -111,20 +111,31 @@ def request(plan: Plan, sink: Sink) -> TableRepair:
 
 
 def _signal_filters(plan: Plan, ids: list[str]) -> list[str | None] | None:
-    """Conditions for ``ids`` cut to fit the signal table, at most ``SIGNALS_PER_TABLE``; None past that."""
+    """Conditions for ``ids``, each fitting one signal, at most ``SIGNALS_PER_TABLE``; None past that, or when
+    a key alone does not fit (the whole table is then snapshotted)."""
+    kind, mapping = plan.source.kind, plan.mapping
     wheres: list[str | None] = []
     chunk: list[str] = []
     for ident in ids:
-        where = key_filter(plan.source.kind, plan.mapping, [*chunk, ident])
-        if where is None:
+        wider = key_filter(kind, mapping, [*chunk, ident])
+        if wider is None:
             return None
-        if chunk and len(signals.signal_data([plan.table], where)) > signals.SIGNAL_DATA:
-            wheres.append(key_filter(plan.source.kind, plan.mapping, chunk))
-            chunk = []
-        chunk.append(ident)
+        if _fits(plan, wider):
+            chunk.append(ident)
+            continue
+        if not chunk or len(wheres) + 1 == SIGNALS_PER_TABLE:
+            return None
+        wheres.append(key_filter(kind, mapping, chunk))
+        chunk = [ident]
+        if not _fits(plan, key_filter(kind, mapping, chunk)):
+            return None
     if chunk:
-        wheres.append(key_filter(plan.source.kind, plan.mapping, chunk))
-    return wheres if len(wheres) <= SIGNALS_PER_TABLE else None
+        wheres.append(key_filter(kind, mapping, chunk))
+    return wheres
+
+
+def _fits(plan: Plan, where: str | None) -> bool:
+    return len(signals.signal_data([plan.table], where)) <= signals.SIGNAL_DATA
 
 
 def _remove_extra(plan: Plan, sink: Sink, done: TableRepair) -> None:
