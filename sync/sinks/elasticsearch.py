@@ -111,6 +111,8 @@ CHUNK_ROWS = 1000
 REFRESH_KEYS = ("refresh_interval", "index.refresh_interval")  # how index_settings may name it
 CHUNK_BYTES = 8 * 1024 * 1024  # far below http.max_content_length (100 MB): bounded memory on both ends
 PAGE = 1000
+SCAN_BYTES = 8 * 1024 * 1024  # a scan page's documents, about, past its first
+SCAN_PAGES = (100, 5000)  # the fewest and the most documents of a scan page past its first
 DROP_GRACE_S = 3.0  # publish: how long requests that resolved the alias to the old index get to finish
 NAMES_PER_REQUEST = 2000  # characters of index names per delete: the request line stays under ES's 4 KB
 
@@ -524,7 +526,12 @@ class ElasticsearchSink:
         return {ident: (version, doc) for ident, version, doc in self.scan(target)}
 
     def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """Every live document, a page of ``PAGE`` at a time, at one point in time: ``(id, version, doc)``."""
+        """Every live document at one point in time, a page at a time: ``(id, version, doc)``.
+
+        The first page is ``PAGE`` documents; the next ones hold about ``SCAN_BYTES`` of JSON by the first
+        page's documents' size, within ``SCAN_PAGES``: a million narrow documents read 2x faster in pages of
+        5,000 than of 1,000, and a page of 5,000 wide ones (60 KB) would be 300 MB.
+        """
         alias = self.index_of(target)
         if target in self.generations:
             with self._errors("check index"):
@@ -539,6 +546,7 @@ class ElasticsearchSink:
         with self._errors("open point in time"):
             pit_id = self._client.open_point_in_time(index=alias, keep_alive="2m")["id"]
         search_after: list[Any] | None = None
+        size = PAGE
         try:
             while True:
                 with self._errors("search"):
@@ -546,7 +554,7 @@ class ElasticsearchSink:
                         pit={"id": pit_id, "keep_alive": "2m"},
                         query=HIDE_MARKERS,  # the point in time keeps the alias filter; this says it once more
                         sort=[{"_shard_doc": "asc"}],
-                        size=PAGE,
+                        size=size,
                         version=True,
                         track_total_hits=False,
                         search_after=search_after,
@@ -555,8 +563,11 @@ class ElasticsearchSink:
                 for hit in hits:
                     doc = {k: v for k, v in hit["_source"].items() if k not in (VERSION_FIELD, DELETED_FIELD)}
                     yield hit["_id"], hit["_version"], doc
-                if len(hits) < PAGE:
+                if len(hits) < size:
                     return
+                if search_after is None:  # sized by the first page's documents
+                    each = max(1, sum(len(orjson.dumps(hit["_source"])) for hit in hits) // len(hits))
+                    size = min(max(SCAN_BYTES // each, SCAN_PAGES[0]), SCAN_PAGES[1])
                 search_after = hits[-1]["sort"]
         finally:
             # Best effort: an unclosed point in time expires by itself after its keep_alive.
