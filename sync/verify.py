@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
+from cdcsync.errors import ConfigError
 from cdcsync.sync.catalog import mappings_for, source_pages, source_rows
 from cdcsync.sync.keys import readable, rows_of
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint_bytes
@@ -120,6 +121,9 @@ def verify_follower(
     read a page per query in key order (``source_pages``), never in one long transaction. ``progress`` gets a
     line about every ``PROGRESS_S`` seconds while a side is read.
     """
+    followed = [f"{source.name}.{table}" for source, table in config.followed_tables(follower)]
+    if only is not None and only not in followed:
+        raise ConfigError([f"follower {follower.name} follows no table {only}; it follows: {', '.join(followed)}"])
     mappings = mappings_for(config, follower)
     sink.open(list(mappings.values()))
     reports = []

@@ -86,3 +86,30 @@ def test_without_a_lookup_the_pass_findings_stand() -> None:
     r = report()
     recheck(r, lambda ids: {}, pauses=(0,))
     assert (r.missing, r.extra, r.stale, r.stale_count) == (["1"], ["2"], ["3", "4"], 5)
+
+
+def test_a_table_the_follower_does_not_follow_is_refused_naming_those_it_does() -> None:
+    import pytest
+
+    from cdcsync.config import Config
+    from cdcsync.errors import ConfigError
+    from cdcsync.sync.verify import verify_follower
+
+    config = Config.model_validate(
+        {
+            "sources": [
+                {
+                    "name": "pg",
+                    "kind": "postgres",
+                    "port": 5432,
+                    "database": "d",
+                    "user": "u",
+                    "password": "x",
+                    "tables": ["public.t"],
+                }
+            ],
+            "followers": [{"name": "cache", "kind": "redis", "url": "redis://127.0.0.1:1/0"}],
+        }
+    )
+    with pytest.raises(ConfigError, match=r"follows no table pg\.public\.nope; it follows: pg\.public\.t"):
+        verify_follower(config, config.follower("cache"), sink=None, only="pg.public.nope")  # type: ignore[arg-type]
