@@ -22,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import psycopg
+import pymysql  # type: ignore[import-untyped]
+
 from cdcsync.config import SourceConfig, TableRef
 from cdcsync.sync.catalog import source_rows
 from cdcsync.sync.mapping import TableMapping, doc_id
@@ -78,16 +81,35 @@ def key_filter(kind: str, mapping: TableMapping, ids: Iterable[str]) -> str | No
 def rows_of(
     source: SourceConfig, table: TableRef, mapping: TableMapping, ids: Iterable[str]
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(id, row)`` for each of ``ids`` that the source table holds now, read ``IDS_PER_QUERY`` ids a query."""
+    """``(id, row)`` for each of ``ids`` that the source table holds now, read ``IDS_PER_QUERY`` ids a query.
+
+    An id the database cannot read as a value of the key's type (a stray document ``orphan-1`` in a store
+    of an integer key, a number past the column's range) fails its query: the ids are then asked again in
+    halves, and one that fails alone names no row.
+    """
     for chunk in batched(ids, IDS_PER_QUERY):
-        where = key_filter(source.kind, mapping, chunk)
-        if where is None:
-            continue
-        asked = set(chunk)
-        for row in source_rows(source, table, where):
-            ident = doc_id(row, mapping)
-            if ident in asked:
-                yield ident, row
+        yield from _rows(source, table, mapping, chunk)
+
+
+def _rows(
+    source: SourceConfig, table: TableRef, mapping: TableMapping, ids: list[str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    where = key_filter(source.kind, mapping, ids)
+    if where is None:
+        return
+    try:
+        found = list(source_rows(source, table, where))
+    except (psycopg.DataError, pymysql.err.DataError):
+        if len(ids) > 1:
+            half = len(ids) // 2
+            yield from _rows(source, table, mapping, ids[:half])
+            yield from _rows(source, table, mapping, ids[half:])
+        return
+    asked = set(ids)
+    for row in found:
+        ident = doc_id(row, mapping)
+        if ident in asked:
+            yield ident, row
 
 
 def _name(kind: str, column: str) -> str:
