@@ -5,7 +5,9 @@ Measured in one run, on one table of N rows (default 1M) in Postgres, per sink:
 - **ceiling**: Postgres ``COPY ... TO STDOUT`` read with psycopg, every row
   written straight into a default index (``helpers.bulk``, 1000 per request)
   or Redis database (a pipeline of HSETs, 1000 per round trip) by one
-  thread with the client library; no snapshot, no versions, no Spark;
+  thread with the client library; no snapshot, no versions, no Spark. For
+  the warehouse, a plain Spark job: the table's topic read whole, the last
+  record per key kept, its ``after`` parsed, one Delta table written;
 - **--from source**: ``bootstrap --from source`` as the command runs it:
   exported snapshot, Spark JDBC in parallel pieces, mapping, versioned writes
   into a staged generation, the log window, the publish, the recorded start;
@@ -36,15 +38,23 @@ from typing import Any
 from bench import cpu
 from bench.common import ENV, cleanup, empty_stores, one_table_config, say
 
-SINK_KINDS = {"search": "elasticsearch", "cache": "redis"}
+SINK_KINDS = {"search": "elasticsearch", "cache": "redis", "warehouse": "delta"}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--sinks", default="search,cache", help="search (Elasticsearch), cache (Redis)")
+    parser.add_argument(
+        "--sinks", default="search,cache", help="search (Elasticsearch), cache (Redis), warehouse (Delta)"
+    )
     parser.add_argument("--origins", default="source,topics", help="what the bootstrap reads")
     parser.add_argument("--partitions", type=int, default=2, help="parallel JDBC reads (--from source)")
+    parser.add_argument(
+        "--merge-baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="warehouse: also bootstrap from the topics MERGEing batch by batch, the earlier way",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
 
@@ -66,14 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         {
             "name": f"{sink}_{origin}",
             "kind": SINK_KINDS[sink],
-            "url": _url(sink),
-            "prefix": f"{tag}{origin}-" if sink == "search" else f"{tag}{origin}",
+            **({"path": str(tmp / f"warehouse-{origin}")} if sink == "warehouse" else {
+                "url": _url(sink), "prefix": f"{tag}{origin}-" if sink == "search" else f"{tag}{origin}"}),
             "dead_letter_topic": f"dlq.{tag}.{sink}_{origin}",
             "checkpoint_dir": str(tmp / f"ckpt-{sink}-{origin}"),
         }
         for sink in sinks
         for origin in origins
-    ]
+    ]  # fmt: skip
     # The connector's own snapshot fills the topic for --from topics; --from source alone needs none of it.
     snapshot_mode = "initial" if "topics" in origins else "no_data"
     config = one_table_config(tag, table, followers, tmp, snapshot_mode=snapshot_mode)
@@ -106,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             empty_stores(tag)  # each timed phase starts on empty stores, with Redis's AOF just rewritten
             say(f"[{sink}] ceiling: COPY out + raw writes in ...")
             before = cpu.sample()
-            ceiling_s = _ceiling(sink, pg, table, f"{tag}raw")
+            ceiling_s = (_delta_ceiling(spark, config, topic, str(tmp / "warehouse-raw")) if sink == "warehouse"
+                         else _ceiling(sink, pg, table, f"{tag}raw"))  # fmt: skip
             entry: dict[str, Any] = {
                 "ceiling_rows_per_s": round(args.rows / ceiling_s),
                 "ceiling_s": round(ceiling_s, 1),
@@ -116,11 +127,14 @@ def main(argv: list[str] | None = None) -> int:
             say(f"[{sink}] ceiling: {entry['ceiling_rows_per_s']:,} rows/s; cpu (cores): "
                 f"{cpu.summary(entry['ceiling_cpu_cores'])}")  # fmt: skip
             say(f"[{sink}] ceiling: {cpu.budget_line(entry['ceiling_cpu'], 'row')}")
-            for origin in origins:
-                cfg = next(f for f in config.followers if f.name == f"{sink}_{origin}")
+            merged = ["merge"] if sink == "warehouse" and "topics" in origins and args.merge_baseline else []
+            for origin in [*origins, *merged]:
+                cfg = next(f for f in config.followers if f.name == f"{sink}_{origin.replace('merge', 'topics')}")
                 say(f"[{sink}] bootstrap --from {origin} ...")
                 empty_stores(tag)
+                _remove_tree(cfg.path)
                 follower = build_follower(config, cfg, spark, open_sink=False, fill=True)
+                follower.sink.spooled_fill = origin != "merge"  # type: ignore[attr-defined]
                 started, before = time.perf_counter(), cpu.sample()
                 if origin == "source":
                     summary = bootstrap_from_source(config, cfg, follower, spark, checkpoint_dir(config, cfg),
@@ -161,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         e = results[sink]
         cells = " ".join(f"{e[o]['rows_per_s']:>22,} {e[o]['ratio']:>6}" for o in origins)
         print(f"{sink:<8} {e['ceiling_rows_per_s']:>15,} {cells}")
+        if "merge" in e and "topics" in e:
+            print(f"{'':<8} --from topics MERGEd batch by batch: {e['merge']['rows_per_s']:,} rows/s; the load "
+                  f"{e['topics']['rows_per_s'] / e['merge']['rows_per_s']:.1f}x that")  # fmt: skip
     print("CPU per row (us, every part of the stack), the machine's share busy, and the ratio at every core busy:")
     for sink in sinks:
         e = results[sink]
@@ -204,6 +221,39 @@ def _ceiling(sink: str, pg: Any, table: str, name: str) -> float:
                 pipe.execute()
         pipe.execute()
     return time.perf_counter() - started
+
+
+def _delta_ceiling(spark: Any, config: Any, topic: str, path: str) -> float:
+    """A plain Spark job: the topic read whole, the last record per key, its row parsed, one Delta write; seconds."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    records = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+    )
+    last = records.withColumn("n", F.row_number().over(Window.partitionBy("key").orderBy(F.col("offset").desc())))
+    after = "struct<id:int,name:string,qty:int,price:string,updated_at:string>"
+    rows = last.where("n = 1 AND value IS NOT NULL").select(
+        F.from_json(F.col("value").cast("string"), f"struct<after:{after}>").alias("v")
+    )
+    price = F.col("v.after.price").cast("decimal(10,2)").alias("price")
+    updated_at = F.col("v.after.updated_at").cast("timestamp").alias("updated_at")
+    rows = rows.select("v.after.id", "v.after.name", "v.after.qty", price, updated_at).where("id IS NOT NULL")
+    rows.write.format("delta").mode("overwrite").save(path)
+    return time.perf_counter() - started
+
+
+def _remove_tree(path: str | None) -> None:
+    import shutil
+
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _running(config: Any, name: str) -> bool:

@@ -10,8 +10,9 @@ record in Python, and one process does all of it under one GIL: at 300k
 records into Elasticsearch its main thread was busy ~85 % of the time and the
 machine a quarter idle (docs/performance.md, "Bootstrap from the topics in
 several processes"). So when the follower's sink can share its fill
-(``Sink.order_free``: Elasticsearch and Redis, where the newest version
-of a key wins whichever write lands last), a stretch of at least
+(``Sink.fill_order_free``: Elasticsearch and Redis, where the newest version
+of a key wins whichever write lands last, and Delta, whose staged table is
+loaded once from the files each process writes: ``delta_load``), a stretch of at least
 ``MIN_RECORDS`` offsets is cut into slices of offsets of one partition, and
 ``PROCESSES`` processes apply them, each with its own follower
 writing where the caller's sink writes (the staged generation, or the live
@@ -41,7 +42,6 @@ from cdcsync.config import Config
 from cdcsync.errors import FatalError
 from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.sink import Generations
 
 PROCESSES = 2  # two cores: a third process measured no faster (docs/performance.md)
 MIN_RECORDS = 200_000  # fewer records or rows: one process, no start-up (~1 s to spawn and import)
@@ -49,7 +49,7 @@ MIN_RECORDS = 200_000  # fewer records or rows: one process, no start-up (~1 s t
 
 def shares(follower: Follower, records: int) -> bool:
     """Whether ``records`` records (or rows) into this follower go to several processes."""
-    return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and follower.sink.order_free
+    return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and follower.sink.fill_order_free
 
 
 class Processes:
@@ -65,7 +65,7 @@ class Processes:
     """
 
     def __init__(self, config: Config, follower: Follower, calls: int) -> None:
-        assert follower.sink.order_free  # the caller chose this path for such a sink (``shares``)
+        assert follower.sink.fill_order_free  # the caller chose this path for such a sink (``shares``)
         self.name = follower.name
         self.setup = Setup(config, follower.name, dict(follower.mappings), follower.sink.generations.plain())
         self.ways = max(1, min(PROCESSES, calls))
@@ -126,7 +126,7 @@ def follower_of(setup: Setup) -> Follower:
     if setup.follower not in _followers:
         cfg = next(f for f in setup.config.followers if f.name == setup.follower)
         follower = build_follower(setup.config, cfg, None, mappings=dict(setup.mappings), open_sink=False, fill=True)
-        follower.sink.generations = Generations(setup.staged)  # write where the caller's sink writes
+        follower.sink.take_over(setup.staged, list(setup.mappings.values()))  # where the caller's sink writes
         _followers[setup.follower] = follower
     return _followers[setup.follower]
 

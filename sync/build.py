@@ -42,7 +42,7 @@ def build_follower(
     if not mappings:
         raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")
     tune_gc()
-    sink = build_sink(config, follower, spark)
+    sink = build_sink(config, follower, spark, fill=fill)
     if open_sink:
         sink.open(list(mappings.values()))
     ensure_dead_letter_topic(config, follower)

@@ -65,6 +65,9 @@ member                     contract
 ``writers``                ``write`` calls a follower (chunks of one batch) may make at once, from
                            as many threads: more than 1 only when the apply rule does not depend
                            on the order of writes (1: they must not overlap)
+``fill_order_free``        a bootstrap's or reindex's fill of its staged generations may be split over
+                           several processes writing in any order (``snapshot.parallel``)
+``take_over(staged, m)``   write where another process's staged generations are (``Generations.plain``)
 ``fill_writers``           the same for a bootstrap or reindex filling a staged generation: one process
                            on the driver, the store's only writer (1 where ``writers`` is 1)
 ``open(mappings)``         connect, create what is missing (index + alias, script, table)
@@ -156,9 +159,14 @@ class Sink(Protocol):
     chunk_rows: int | None
     writers: int
     fill_writers: int
+    fill_order_free: bool
     generations: Generations  # its staged targets, until publish; another process may take them over
 
     def open(self, mappings: Sequence[TableMapping]) -> None: ...
+
+    def take_over(self, staged: Mapping[str, str], mappings: Sequence[TableMapping]) -> None:
+        """Write to the staged generations another process of a fill made (``snapshot.parallel``)."""
+        ...
 
     def learn(self, mapping: TableMapping) -> None:
         """The table gained columns (``mapping`` is its new shape): take their types before rows bring them."""

@@ -44,9 +44,10 @@ def sink_class(follower: FollowerConfig) -> SinkClass:
     return cast(SinkClass, getattr(importlib.import_module(module), name))
 
 
-def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> Sink:
+def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | None, fill: bool = False) -> Sink:
+    """The follower's sink; ``fill``: one of a bootstrap's or reindex's other processes, which needs no session."""
     cls = sink_class(follower)
-    if cls.needs_spark and spark is None:
+    if cls.needs_spark and spark is None and not fill:
         raise FatalError(f"follower {follower.name}: the {follower.kind} sink needs a Spark session")
     return cls.from_config(config, follower, spark)
 

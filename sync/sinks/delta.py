@@ -39,10 +39,13 @@ Guarantees (``cdcsync.sync.sink``):
   ===============  =========================================================
 
 Generations: ``stage`` recreates ``<path>/<target>__staging`` (dropping an
-unpublished one), which this instance then writes and reads. ``publish``
-overwrites the live table with it in ONE commit (``overwriteSchema``: a
-reindex may change types): readers see the previous version until then, and
-a new follower's table first appears with it; then the staged table's path goes.
+unpublished one), which this instance then writes and reads. Nobody reads a
+staged table, so it is filled as a load, not MERGEd: each write's rows go to
+a Parquet file of ``<path>/<target>__staging__spool`` (``delta_load``).
+``publish`` overwrites the live table in ONE commit with the newest row of
+each id there (``overwriteSchema``: a reindex may change types): readers see
+the previous version until then, and a new follower's table first appears
+with it; then the staged table's paths go.
 cdcsync's writers of one table take turns (``delta_writers``: the daemon and
 a reindex both write the live table); a conflict with any other writer is a
 ``RetryableError``, and publish again is idempotent. The history table is shared (insert-only: a rebuild adds nothing).
@@ -57,7 +60,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -76,6 +79,7 @@ from cdcsync.state import base_dir
 from cdcsync.sync.mapping import Row, fingerprint
 from cdcsync.sync.sink import Generations, WriteResult, batched
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
+from cdcsync.sync.sinks import delta_load as load
 from cdcsync.sync.sinks.delta_values import (
     BIGINT,
     BOOLEAN,
@@ -129,6 +133,10 @@ CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "Co
 REPLACED, REPLANS = "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS", 3
 
 
+# A spooled row with a history (delta_load): META, then what the history table keeps of its change.
+SPOOLED = T.StructType(META.fields + [T.StructField("_cdcsync_op", STRING), T.StructField("_cdcsync_doc", STRING)])
+
+
 STAGING = "__staging"
 # How long a table version's state keeps each replaced file's entry (cdcsync.spark.REPLACED_FILE_RETENTION).
 LOOKUP_IDS = 1000  # ids in one lookup query's IN list
@@ -148,6 +156,7 @@ class _Table:
         default_factory=dict
     )  # columns the table gained, before rows bring them
     forgotten: set[str] = dataclass_field(default_factory=set)  # columns the table lost, to drop before a write
+    dropped: set[str] = dataclass_field(default_factory=set)  # columns dropped since it was staged (delta_load)
 
 
 def table_root(config: Config, follower: FollowerConfig) -> str:
@@ -163,10 +172,11 @@ class DeltaSink:
     chunk_rows: int | None = None  # one MERGE per table per batch: a Delta commit costs seconds, chunks multiply them
     writers = 1  # two MERGEs into one table conflict (one batch's tables are MERGEd at once: delta_writers)
     fill_writers = 1
+    spooled_fill = True  # a staged table is filled as a load (delta_load); False: MERGEd batch by batch (bench)
 
     @classmethod
     def from_config(cls, config: Config, follower: FollowerConfig, spark: SparkSession | None) -> DeltaSink:
-        assert spark is not None  # sync.sinks.build_sink refuses a missing session first
+        # No session: another process of a fill, which only spools (sync.sinks.build_sink allows no other).
         return cls(follower.name, spark, table_root(config, follower), follower.soft_delete, follower.history)
 
     @staticmethod
@@ -186,14 +196,27 @@ class DeltaSink:
         )
 
     def __init__(
-        self, name: str, spark: SparkSession, path: str, soft_delete: bool = False, history: bool = False
+        self, name: str, spark: SparkSession | None, path: str, soft_delete: bool = False, history: bool = False
     ) -> None:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
-        self._spark = spark
+        self._session = spark
         self._tables: dict[str, _Table] = {}
         self.generations = Generations()  # target -> its staged table's path (its _tables entry), until publish
         self.tables_at_once = tables_at_once()  # a batch's tables MERGEd at once (delta_writers)
         self._checkpoints = checkpoints.Checkpoints(spark)  # log checkpoints beside the batches (delta_checkpoints)
+        self._spools: dict[str, load.Spool] = {}  # a staged table's path -> the spool its writes go to (delta_load)
+
+    @property
+    def _spark(self) -> SparkSession:
+        if self._session is None:
+            raise FatalError(f"sink {self.name}: this process of a fill only writes its spool; it has no Spark session")
+        return self._session
+
+    @property
+    def fill_order_free(self) -> bool:
+        """A fill into spooled staged tables only: each write a file of its own, the newest row kept at publish."""
+        staged = [self._tables[target].path for target in self.generations]
+        return bool(staged) and all(path in self._spools for path in staged)
 
     # ------------------------------------------------------------------ contract
 
@@ -237,11 +260,25 @@ class DeltaSink:
         """Nothing to do: a MERGE is visible when its commit is."""
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
-        """A fresh staged table per target, beside the live one (module docstring)."""
+        """A fresh staged table per target, beside the live one, and its empty spool (module docstring)."""
         for target, columns in self._wanted(mappings).items():
             path = f"{self.path}/{target}{STAGING}"
             self._remove(path)
+            self._remove(path + load.SUFFIX)
             self._tables[target] = self._open_table(path, columns, history=f"{self.path}/{target}__history")
+            spool = load.spool_at(path + load.SUFFIX) if self.spooled_fill else None
+            if spool is not None:
+                self._spools[path] = spool
+            elif self.spooled_fill:  # a file system pyarrow cannot write: the staged table is MERGEd batch by batch
+                log.info("sink=%s table=%s spool=none: %s is not a path pyarrow writes", self.name, path, path)
+            self.generations.stage(target, path)
+
+    def take_over(self, staged: Mapping[str, str], mappings: Sequence[TableMapping]) -> None:
+        """Write to another process's staged tables: to their spools, which ``stage`` made (``snapshot.parallel``)."""
+        wanted = self._wanted(mappings)
+        for target, path in staged.items():
+            self._tables[target] = _Table(path, dict(wanted.get(target, {})), f"{self.path}/{target}__history")
+            self._spools[path] = load.Spool(path + load.SUFFIX)
             self.generations.stage(target, path)
 
     def publish(self) -> None:
@@ -254,12 +291,33 @@ class DeltaSink:
 
     def _publish_one(self, target: str) -> None:
         staged, live = self._tables[target], f"{self.path}/{target}"
+        spool = self._spools.pop(staged.path, None)
         with one_writer(live), self._errors(f"publishing {staged.path} to {live}"):
-            rows = self._spark.read.format("delta").load(staged.path)
+            rows = self._loaded(staged, spool) if spool else self._spark.read.format("delta").load(staged.path)
             rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
         self._tables[target] = _Table(live, staged.kinds, staged.history)
         self.generations.published(target)
         self._remove(staged.path)
+        if spool:
+            self._remove(spool.where)
+
+    def _loaded(self, staged: _Table, spool: load.Spool) -> DataFrame:
+        """The rows to publish of a spooled staged table: the newest of each id in its spool (``delta_load``).
+
+        The staged table itself holds no rows; the changes go to the history table here.
+        """
+        files = spool.files()
+        if not files:
+            return self._spark.read.format("delta").load(staged.path)
+        kinds, dropped = spool.kinds()  # of every process that wrote to it
+        gone = staged.dropped | dropped
+        staged.kinds = {n: k for n, k in (kinds | staged.kinds).items() if n not in gone}
+        if self.history:
+            changes = self._spark.read.option("mergeSchema", "true").parquet(spool.where)
+            changes = changes.select(*HISTORY.fieldNames()).dropDuplicates(["_cdcsync_id", "_cdcsync_version"])
+            self._insert_history(staged, changes)
+        log.info("sink=%s table=%s publishing_from=%s files=%d", self.name, staged.path, spool.where, len(files))
+        return load.newest(self._spark, spool.where, META, staged.kinds, self.soft_delete)
 
     def _remove(self, path: str) -> None:
         """Delete a directory tree through Hadoop's file system API, so any ``path`` scheme works."""
@@ -367,8 +425,14 @@ class DeltaSink:
         return {field: stored(value) for field, value in doc.items() if value is not None}
 
     def live(self, target: str) -> DataFrame:
-        """The target's table without delete markers: what readers should query."""
-        return self._spark.read.format("delta").load(self._table(target).path).where(~F.col("_cdcsync_deleted"))
+        """The target's table without delete markers: what readers should query (a staged one: its spool so far)."""
+        table = self._table(target)
+        spool = self._spools.get(table.path)
+        if spool is not None and spool.files():
+            rows = load.newest(self._spark, spool.where, META, table.kinds, self.soft_delete)
+        else:
+            rows = self._spark.read.format("delta").load(table.path)
+        return rows.where(~F.col("_cdcsync_deleted"))
 
     def close(self) -> None:
         """Let a log checkpoint being written finish; the Spark session belongs to the caller."""
@@ -470,20 +534,27 @@ class DeltaSink:
         table.forgotten.clear()
         if not gone:
             return
-        with one_writer(table.path), self._errors(f"dropping columns {gone} from {table.path}"):
-            rows = self._spark.read.format("delta").load(table.path).drop(*gone)
-            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(table.path)
+        if table.path not in self._spools:  # a spooled table holds no rows: its load leaves the columns out
+            with one_writer(table.path), self._errors(f"dropping columns {gone} from {table.path}"):
+                rows = self._spark.read.format("delta").load(table.path).drop(*gone)
+                rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(table.path)
         for name in gone:
             del table.kinds[name]
+        table.dropped.update(gone)
         log.info("sink=%s table=%s dropped_columns=%s", self.name, table.path, gone)
 
     def _write_target(self, table: _Table, rows: list[Row]) -> WriteResult:
+        spool = self._spools.get(table.path)
+        if spool is not None:  # a file of its own: no turn to take
+            return self._spooled(table, spool, rows)
         with one_writer(table.path):  # delta_writers: a reindex and the daemon take turns on the live table
             return self._write_locked(table, rows)
 
-    def _write_locked(self, table: _Table, rows: list[Row]) -> WriteResult:
+    def _encoded(
+        self, table: _Table, rows: list[Row], result: WriteResult
+    ) -> tuple[list[tuple[Row, dict[str, Any]]], dict[str, str | None]]:
+        """Each row with its values encoded for their columns, and the columns they bring; the rest rejected."""
         self._drop_columns(table)
-        result = WriteResult()
         records: list[tuple[Row, dict[str, Any]]] = []
         new: dict[str, str | None] = {}
         for row in rows:
@@ -494,15 +565,35 @@ class DeltaSink:
                 continue
             new.update({n: table.learned.get(n) for n in values if n not in table.kinds})
             records.append((row, values))
+        return records, new
+
+    def _spooled(self, table: _Table, spool: load.Spool, rows: list[Row]) -> WriteResult:
+        """A staged table's rows into its spool, one file: all applied for now; ``_load`` keeps the newest."""
+        result = WriteResult()
+        records, new = self._encoded(table, rows, result)
+        table.kinds.update(new)  # the spool's files carry their columns; the load writes the table's schema
+        if records:
+            names = list(table.kinds)
+            spool.add(SPOOLED if self.history else META, {n: table.kinds[n] for n in names}, table.dropped, [
+                (*self._meta(row, self.history), *(values.get(n) for n in names)) for row, values in records
+            ])  # fmt: skip
+        result.applied = len(records)
+        return result
+
+    @staticmethod
+    def _meta(row: Row, history: bool) -> tuple[Any, ...]:
+        meta = (row.doc_id, row.version, row.doc is None, commit_ts(row))
+        return (*meta, row.change.op, None if row.doc is None else fingerprint(row.doc)) if history else meta
+
+    def _write_locked(self, table: _Table, rows: list[Row]) -> WriteResult:
+        result = WriteResult()
+        records, new = self._encoded(table, rows, result)
         if not records:
             return result
         self._add_columns(table, new)
         names = list(table.kinds)
         schema = T.StructType(META.fields + [T.StructField(n, spark_type(table.kinds[n])) for n in names])
-        data = [
-            (row.doc_id, row.version, row.doc is None, commit_ts(row), *(values.get(n) for n in names))
-            for row, values in records
-        ]
+        data = [(*self._meta(row, False), *(values.get(n) for n in names)) for row, values in records]
         every: dict[str, str | Column] = {quote(n): f"s.{quote(n)}" for n in schema.fieldNames()}
         guard = "s._cdcsync_version > t._cdcsync_version"
         with self._errors(f"merging into {table.path}"):
@@ -530,7 +621,9 @@ class DeltaSink:
              None if row.doc is None else fingerprint(row.doc))
             for row, _ in records
         ]  # fmt: skip
-        source = frame(self._spark, data, HISTORY)
+        self._insert_history(table, frame(self._spark, data, HISTORY))
+
+    def _insert_history(self, table: _Table, source: DataFrame) -> None:
         key = "t._cdcsync_id = s._cdcsync_id AND t._cdcsync_version = s._cdcsync_version"
         with one_writer(table.history):  # shared by the live and the staged table
             target = DeltaTable.forPath(self._spark, table.history).alias("t")

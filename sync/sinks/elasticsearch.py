@@ -138,6 +138,7 @@ class ElasticsearchSink:
     """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
 
     order_free = True  # the version rule decides, whatever order writes land in (sync.sinks)
+    fill_order_free = True
     needs_spark = False
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
     writers = 2  # a batch's chunks written at once: the server works on one while the client parses the other's answer
@@ -357,6 +358,10 @@ class ElasticsearchSink:
         )
 
     # ------------------------------------------------------------------ generations
+
+    def take_over(self, staged: Mapping[str, str], mappings: Sequence[TableMapping]) -> None:
+        """Write to another process's staged generations (``snapshot.parallel``): they exist already."""
+        self.generations = Generations(staged)
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """Create the next generation of each target's index, without the alias (module docstring)."""

@@ -114,7 +114,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,6 +157,7 @@ class RedisSink:
     """Applies rows to ``<prefix>:<target>:<doc_id>`` hashes; see the module docstring."""
 
     order_free = True  # the version rule decides, whatever order writes land in (sync.sinks)
+    fill_order_free = True
     needs_spark = False
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile
     writers = 2  # a batch's chunks written at once: the server works on one while the client parses the other's answer
@@ -262,6 +263,10 @@ class RedisSink:
         return f"{generation or self._generation_of(target)}~written:{target}"
 
     # ------------------------------------------------------------------ generations
+
+    def take_over(self, staged: Mapping[str, str], mappings: Sequence[TableMapping]) -> None:
+        """Write to another process's staged generations (``snapshot.parallel``): they exist already."""
+        self.generations = Generations(staged)
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """Drop leftovers of an unpublished stage, open the journals; write and read a new generation from now on."""

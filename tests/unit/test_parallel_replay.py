@@ -42,7 +42,7 @@ def test_only_a_long_stretch_into_a_sink_that_shares_its_fill_goes_to_several_pr
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     redis_follower = SimpleNamespace(sink=RedisSink("cache", "redis://127.0.0.1:1/0"))  # no connection is made
-    other = SimpleNamespace(sink=SimpleNamespace(order_free=False))  # a sink whose writes must stay in order (Delta)
+    other = SimpleNamespace(sink=SimpleNamespace(fill_order_free=False))  # a sink whose fill must stay in order
     long = {TopicPartition("t", 0): parallel.MIN_RECORDS}
     assert replay.shared(redis_follower, {}, long)  # type: ignore[arg-type]
     assert not replay.shared(other, {}, long)  # type: ignore[arg-type]
