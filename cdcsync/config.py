@@ -35,10 +35,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from cdcsync.errors import ConfigError
 from cdcsync.names import default_target, topic_name
@@ -62,14 +62,27 @@ class _Strict(BaseModel):
 CLIENT_DEFAULTS = {"enable.metrics.push": "false"}
 
 
+def property_text(value: Any) -> Any:
+    """A YAML number or boolean as a Java or librdkafka property takes it (``10240``, ``true``); the rest as is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+# Property maps handed to Debezium, Kafka Connect and Kafka clients: every value is text to them.
+Properties = dict[str, Annotated[str, BeforeValidator(property_text)]]
+
+
 class KafkaSettings(_Strict):
     bootstrap_servers: str = "127.0.0.1:19092"
     topic_replication_factor: int = Field(1, ge=1)
-    properties: dict[str, str] = Field(
+    properties: Properties = Field(
         default_factory=dict,
         description="librdkafka properties for cdcsync's own clients (security.protocol, sasl.*, ssl.*)",
     )
-    java_properties: dict[str, str] = Field(
+    java_properties: Properties = Field(
         default_factory=dict,
         description="Java client properties: Spark's Kafka source (as kafka.<key>) and Debezium's schema history",
     )
@@ -142,7 +155,7 @@ class SourceConfig(_Strict):
         "that could send an unchanged large value as Debezium's placeholder; false: apply refuses them and names "
         "the ALTER TABLE to run (connectors/source_setup.py)",
     )
-    debezium: dict[str, str] = Field(default_factory=dict, description="extra Debezium properties")
+    debezium: Properties = Field(default_factory=dict, description="extra Debezium properties")
 
     @field_validator("kind", mode="before")
     @classmethod

@@ -150,3 +150,14 @@ def test_a_short_table_name_with_a_space_or_a_dot_points_to_the_long_form(tmp_pa
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, {"sources": [{**SOURCE, "tables": ["sales.order items"]}]}), env={})
     assert "{namespace: ..., table: ...}" in str(err.value)
+
+
+def test_property_maps_take_yaml_numbers_and_booleans_as_the_text_debezium_and_kafka_read(tmp_path: Path) -> None:
+    source = {**SOURCE, "debezium": {"snapshot.fetch.size": 10240, "provide.transaction.metadata": True}}
+    kafka = {"properties": {"socket.timeout.ms": 30000, "enable.idempotence": False}, "java_properties": {"x.y": 1.5}}
+    cfg = load_config(write(tmp_path, {"sources": [source], "kafka": kafka}), env={})
+    assert cfg.sources[0].debezium == {"snapshot.fetch.size": "10240", "provide.transaction.metadata": "true"}
+    assert cfg.kafka.properties == {"socket.timeout.ms": "30000", "enable.idempotence": "false"}
+    assert cfg.kafka.java_properties == {"x.y": "1.5"}
+    with pytest.raises(ConfigError, match="snapshot.fetch.size"):
+        load_config(write(tmp_path, {"sources": [{**SOURCE, "debezium": {"snapshot.fetch.size": [1]}}]}), env={})
