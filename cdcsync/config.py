@@ -169,17 +169,6 @@ class SourceConfig(_Strict):
             )
         return value
 
-    @field_validator("debezium", mode="before")
-    @classmethod
-    def _debezium_scalars(cls, value: Any) -> Any:
-        # Connect stores every property as text; YAML gives numbers and booleans (snapshot.fetch.size: 10240).
-        if not isinstance(value, dict):
-            return value
-        return {
-            k: ("true" if v is True else "false" if v is False else str(v)) if isinstance(v, int | float) else v
-            for k, v in value.items()
-        }
-
     @field_validator("tables", mode="before")
     @classmethod
     def _parse_tables(cls, value: Any, info: Any) -> Any:
