@@ -76,8 +76,12 @@ Properties = dict[str, Annotated[str, BeforeValidator(property_text)]]
 
 
 class KafkaSettings(_Strict):
-    bootstrap_servers: str = "127.0.0.1:19092"
-    topic_replication_factor: int = Field(1, ge=1)
+    """The Kafka cluster the table topics live in, and the settings of every client that reaches it."""
+
+    bootstrap_servers: str = Field("127.0.0.1:19092", description="host:port[,host:port...] of the brokers")
+    topic_replication_factor: int = Field(
+        1, ge=1, description="replicas of each topic cdcsync creates (table topics, dead letters, Connect's)"
+    )
     properties: Properties = Field(
         default_factory=dict,
         description="librdkafka properties for cdcsync's own clients (security.protocol, sasl.*, ssl.*)",
@@ -103,8 +107,10 @@ class KafkaSettings(_Strict):
 
 
 class ConnectSettings(_Strict):
-    url: str = "http://127.0.0.1:18083"
-    timeout_s: float = Field(15.0, gt=0)
+    """The Kafka Connect worker that runs the Debezium connectors."""
+
+    url: str = Field("http://127.0.0.1:18083", description="Kafka Connect's REST API")
+    timeout_s: float = Field(15.0, gt=0, description="seconds a request to Kafka Connect may take")
     secrets_dir: str | None = Field(
         None,
         description="where `connectors apply` writes each connector's secrets for Connect's FileConfigProvider "
@@ -122,33 +128,43 @@ class TableRef(_Strict):
     ``namespace.table`` in a config is for plain names; others are written ``{namespace: ..., table: ...}``.
     """
 
-    namespace: str = Field(min_length=1)
-    table: str = Field(min_length=1)
+    namespace: str = Field(min_length=1, description="the Postgres schema or the MariaDB database")
+    table: str = Field(min_length=1, description="the table's name, as the database spells it")
 
     def __str__(self) -> str:
         return f"{self.namespace}.{self.table}"
 
 
 class SourceConfig(_Strict):
+    """A database captured by one Debezium connector into one compacted topic per table."""
+
     name: str = Field(pattern=NAME_PATTERN, description="connector name and topic prefix")
-    kind: Literal["postgres", "mariadb"]
-    host: str = "127.0.0.1"
-    port: int = Field(ge=1, le=65535)
-    database: str
-    user: str
-    password: SecretStr
-    tables: list[TableRef] = Field(min_length=1)
+    kind: Literal["postgres", "mariadb"] = Field(description="the database: Postgres, or MariaDB (MySQL is refused)")
+    host: str = Field("127.0.0.1", description="the database server's host, as cdcsync and Kafka Connect reach it")
+    port: int = Field(ge=1, le=65535, description="its port")
+    database: str = Field(description="the database to connect to (postgres: the one whose tables are captured)")
+    user: str = Field(description="a user with replication rights (docs/capture.md)")
+    password: SecretStr = Field(description="secret: never printed; or CDCSYNC_SOURCE_<NAME>_PASSWORD")
+    tables: list[TableRef] = Field(
+        min_length=1,
+        description="tables to capture: `namespace.table`, `table` (postgres: schema public; mariadb: `database`), "
+        "or {namespace: ..., table: ...} for a name with spaces, dots or other characters",
+    )
     slot: str | None = Field(None, pattern=NAME_PATTERN, description="postgres replication slot")
     publication: str | None = Field(None, pattern=NAME_PATTERN, description="postgres publication")
     server_id: int | None = Field(None, ge=1, le=2**32 - 1, description="mariadb replica server id")
-    topic_partitions: int = Field(1, ge=1)
-    heartbeat_interval_ms: int = Field(5000, ge=100)
+    topic_partitions: int = Field(1, ge=1, description="partitions of each table topic cdcsync creates")
+    heartbeat_interval_ms: int = Field(
+        5000, ge=100, description="Debezium's heartbeat: how often capture shows it is alive when no table changes"
+    )
     compaction_horizon_s: int = Field(
         7 * 24 * 3600,
         ge=10,
         description="how long a change stays in its table topic before compaction may remove it (docs/compaction.md)",
     )
-    snapshot_mode: str = "initial"
+    snapshot_mode: str = Field(
+        "initial", description="Debezium's snapshot.mode: initial (the tables' rows first), no_data, when_needed, ..."
+    )
     set_replica_identity: bool = Field(
         True,
         description="postgres: connectors apply sets REPLICA IDENTITY FULL on captured tables (and their partitions) "
@@ -266,10 +282,18 @@ MappingType = Literal[
 
 
 class TableMappingConfig(_Strict):
-    target: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
-    include: list[str] | None = None
-    rename: dict[str, str] = Field(default_factory=dict)
-    types: dict[str, MappingType] = Field(default_factory=dict)
+    """How one table's rows become a follower's documents or rows (docs/types.md)."""
+
+    target: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$",
+        description="the index, key space or table name in the store; default from the table's name",
+    )
+    include: list[str] | None = Field(None, description="the columns to keep (default: every column)")
+    rename: dict[str, str] = Field(default_factory=dict, description="column -> its field name in the store")
+    types: dict[str, MappingType] = Field(
+        default_factory=dict, description="column -> its type, where the one read from the source is not wanted"
+    )
 
 
 # Seconds between batch starts by sink kind (a batch that takes longer is followed at once). Search and cache
@@ -298,13 +322,15 @@ class VerifySettings(_Strict):
 
 
 class FollowerConfig(_Strict):
-    name: str = Field(pattern=NAME_PATTERN)
-    kind: Literal["elasticsearch", "redis", "delta"]
+    """A derived store kept in sync with the sources' tables, in their commit order."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="the follower's name: in commands, metrics and state paths")
+    kind: Literal["elasticsearch", "redis", "delta"] = Field(description="the store it keeps in sync")
     url: str | None = Field(None, description="elasticsearch / redis URL")
     path: str | None = Field(None, description="delta: warehouse directory (default <state>/warehouse/<name>)")
     prefix: str = Field("cdc", description="redis key prefix / elasticsearch index prefix")
-    soft_delete: bool = False
-    history: bool = False
+    soft_delete: bool = Field(False, description="a deleted row keeps its last data beside its delete marker")
+    history: bool = Field(False, description="delta: also keep every change in <target>__history")
     tables: list[str] | None = Field(None, description="source.namespace.table to follow (default: all)")
     mappings: dict[str, TableMappingConfig] = Field(
         default_factory=dict,
@@ -314,8 +340,9 @@ class FollowerConfig(_Strict):
     password: SecretStr | None = Field(None, description="elasticsearch basic auth / redis password")
     api_key: SecretStr | None = Field(None, description="elasticsearch API key (the encoded form, or id:key)")
     tls_ca: str | None = Field(None, description="CA bundle (PEM file) that signs the https:// or rediss:// server")
-    checkpoint_dir: str | None = None
-    dead_letter_topic: str | None = None
+    checkpoint_dir: str | None = Field(None, description="the stream's checkpoint (default under state_dir)")
+    dead_letter_topic: str | None = Field(None, description="where records that cannot be applied go, with the "
+                                          "reason (default cdcsync.dlq.<name>)")  # fmt: skip
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="a batch's records at most; default by kind (BATCH_RECORDS)"
     )
@@ -333,7 +360,7 @@ class FollowerConfig(_Strict):
     refresh_each_batch: bool = Field(
         True, description="elasticsearch: refresh the written indexes after each batch (false: refresh_interval)"
     )
-    verify: VerifySettings = VerifySettings()
+    verify: VerifySettings = Field(VerifySettings(), description="the daemon's background verification")
 
     @property
     def trigger_s(self) -> float:
@@ -413,10 +440,12 @@ class FollowerConfig(_Strict):
 
 
 class Config(_Strict):
-    kafka: KafkaSettings = KafkaSettings()
-    connect: ConnectSettings = ConnectSettings()
-    sources: list[SourceConfig] = Field(default_factory=list)
-    followers: list[FollowerConfig] = Field(default_factory=list)
+    """A deployment: the sources captured, the followers that keep stores in sync, and where Kafka is."""
+
+    kafka: KafkaSettings = Field(KafkaSettings(), description="the Kafka cluster")
+    connect: ConnectSettings = Field(ConnectSettings(), description="the Kafka Connect worker")
+    sources: list[SourceConfig] = Field(default_factory=list, description="the databases captured")
+    followers: list[FollowerConfig] = Field(default_factory=list, description="the stores kept in sync")
     state_dir: str | None = Field(None, description="checkpoints and warehouse default under it")
     origin: dict[str, str] = Field(default_factory=dict, exclude=True, description="field path -> where it came from")
 

@@ -18,6 +18,7 @@ from cdcsync.errors import CdcsyncError, ConfigError
 
 # command name -> (module, attribute, one-line help shown without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "config": ("cdcsync.cli.config", "config", "Check the config file; print it as read, its schema or reference."),
     "connectors": ("cdcsync.cli.connectors", "connectors", "Register Debezium connectors and show their state."),
     "run": ("cdcsync.cli.run", "run", "Run the followers: the daemon (or --once)."),
     "bootstrap": ("cdcsync.cli.bootstrap", "bootstrap", "Build a new follower's store, aligned with exact offsets."),
