@@ -21,7 +21,8 @@ whole Redis database, and an AOF rewrite landed in whichever phase crossed
 its threshold. rows/s = N / wall time of each, and the ratio to the ceiling.
 Each also gets its CPU per row across the stack and the ratio it could reach
 with every core busy at that cost (``bench.cpu.budget``). Not a pass/fail test.
-Usage: python -m bench.bootstrap [--rows N] [--sinks search,cache] [--origins source,topics] [--json]
+Usage: python -m bench.bootstrap [--rows N] [--sinks search,cache,warehouse] [--origins source,topics]
+    [--no-merge-baseline] [--json]
 """
 
 from __future__ import annotations
