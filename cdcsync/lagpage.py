@@ -239,7 +239,7 @@ def render(data: dict[str, Any]) -> str:
         "<title>cdcsync lag</title>",
         f"<style>{CSS}</style></head><body>",
         f"<header><h1>cdcsync lag</h1>{badge('healthy' if data['healthy'] else 'unhealthy')}",
-        f'<span class="when">{escape(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)))} · {measured}'
+        f'<span class="when">{escape(time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(now)))} · {measured}'
         f" · reloads every {REFRESH_S} s · <a style=color:#c9d1d9 href=/lag.json>json</a></span></header><main>",
     ]
     if data["problems"]:

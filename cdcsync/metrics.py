@@ -17,6 +17,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 
+from cdcsync import __version__
+
 APPLIED = Counter("cdcsync_changes_applied_total", "Changes written to a sink", ["follower", "op"])
 OLDER = Counter(
     "cdcsync_changes_skipped_older_total",
@@ -120,9 +122,29 @@ VERIFY_PERIOD = Gauge(
     ["follower"],
 )  # fmt: skip
 
+BUILD = Gauge(
+    "cdcsync_build_info",
+    "Always 1: the running cdcsync's version, and those of Python, PySpark and delta-spark it runs with",
+    ["version", "python", "pyspark", "delta"],
+)
+
 Health = Callable[[], tuple[bool, list[str]]]  # (healthy, one line per problem)
 
 _latest_lag: list[Any] = []  # the collector's last LagReport, for the lag page
+
+
+def record_build() -> None:
+    """Set ``cdcsync_build_info`` (the daemon, once it starts serving)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "none"
+
+    BUILD.labels(__version__, platform.python_version(), of("pyspark"), of("delta-spark")).set(1)
 
 
 def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
@@ -196,6 +218,7 @@ def serve(
         def log_message(self, format: str, *args: Any) -> None:  # scrapes are not the daemon's news
             pass
 
+    record_build()
     server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="cdcsync-metrics", daemon=True).start()
     return server

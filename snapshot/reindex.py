@@ -119,7 +119,7 @@ def killed_line(config: Config, follower: str) -> str | None:
     killed = unfinished(config, follower)
     if killed is None or killed["step"] == "staging":
         return None  # killed before its switch: readers never saw the staged generations
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(killed.get("updated_at") or killed["started_at"]))
+    since = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(killed.get("updated_at") or killed["started_at"]))
     table = f" --table {killed['table']}" if killed.get("table") else ""
     if killed["step"] == "published":
         return (

@@ -63,7 +63,7 @@ def lag(ctx: click.Context, followers: tuple[str, ...], watch: float | None, as_
 
 def render(report: dict[str, Any]) -> str:
     """The report as two tables: followers by table, then sources."""
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report["at_ms"] / 1000))
+    when = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(report["at_ms"] / 1000))
     lines = [f"lag at {when}", ""]
     rows = [("FOLLOWER", "TABLE", "OFFSETS BEHIND", "SECONDS BEHIND", "STATE")]
     for f in report["followers"]:

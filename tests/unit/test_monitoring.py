@@ -183,3 +183,15 @@ def test_dashboard_promql_parses(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     done = promtool("check", "rules", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_readme_lists_every_metric_cdcsync_exports_with_its_type_and_labels() -> None:
+    rows = re.findall(r"^\| `(cdcsync_\w+)` \| (\w+) \| ([^|]*) \|", (REPO / "README.md").read_text(), re.MULTILINE)
+    listed = {name: (kind, [part.strip() for part in labels.split(",") if part.strip()]) for name, kind, labels in rows}
+    defined = {}
+    for metric in vars(metrics).values():
+        if isinstance(metric, MetricWrapperBase):
+            family = metric.describe()[0]
+            name = family.name + ("_total" if family.type == "counter" else "")
+            defined[name] = (family.type, list(metric._labelnames))
+    assert listed == defined, "README.md's metric table and cdcsync.metrics differ"
