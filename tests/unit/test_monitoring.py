@@ -195,3 +195,13 @@ def test_the_readme_lists_every_metric_cdcsync_exports_with_its_type_and_labels(
             name = family.name + ("_total" if family.type == "counter" else "")
             defined[name] = (family.type, list(metric._labelnames))
     assert listed == defined, "README.md's metric table and cdcsync.metrics differ"
+
+
+def test_every_alert_links_its_runbook_in_docs_operations() -> None:
+    lines = (REPO / "docs/operations.md").read_text().splitlines()
+    headings = {line[4:].strip().lower() for line in lines if line.startswith("### ")}
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            url = rule["annotations"].get("runbook_url", "")
+            assert url == f"docs/operations.md#{rule['alert'].lower()}", rule["alert"]
+            assert rule["alert"].lower() in headings, f"docs/operations.md has no runbook for {rule['alert']}"
