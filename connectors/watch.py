@@ -1,7 +1,7 @@
 """The capture watchdog: notices a connector that stopped producing, heals what the evidence supports.
 
 Kafka Connect says RUNNING for a task that produces nothing, and never
-restarts a FAILED task by itself (ARCHITECTURE §9). The daemon runs this
+restarts a FAILED task by itself (docs/daemon.md). The daemon runs this
 watchdog beside its followers; per source, every ``WATCH_S``:
 
 - **FAILED** connector or task: restart it (``POST …/restart?includeTasks=true

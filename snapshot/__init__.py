@@ -1,4 +1,4 @@
-"""Snapshot bootstrap, aligned with exact per-partition offsets (ARCHITECTURE.md section 3).
+"""Snapshot bootstrap, aligned with exact per-partition offsets (docs/snapshot-alignment.md).
 
 ``bootstrap`` builds a new follower's store from the compacted topics
 (``--from topics``) or from a consistent read of the database mapped to log

@@ -158,7 +158,7 @@ class ElasticsearchSink:
 
     @staticmethod
     def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:
-        """Cluster health, not a ping: the local stack's distribution has no ``GET /`` (ARCHITECTURE §6)."""
+        """Cluster health, not a ping: the local stack's distribution has no ``GET /`` (docs/local-stack.md)."""
         auth = {k: v for k, v in client_options(follower).items() if v is not None}
         client = Elasticsearch(follower.url or "", request_timeout=timeout_s, max_retries=0, **auth)
         try:

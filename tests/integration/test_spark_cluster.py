@@ -29,7 +29,7 @@ from tests.integration.followers import numbered_table, scenario
 from tests.support import execute, uid
 
 ROOT = Path(__file__).resolve().parents[2]
-MASTER_PORT, MASTER_UI, WORKER_UI = 17077, 18180, 18181  # clear of the stack's ports (ARCHITECTURE §6)
+MASTER_PORT, MASTER_UI, WORKER_UI = 17077, 18180, 18181  # clear of the stack's ports (docs/local-stack.md)
 ROWS = 300
 
 
