@@ -93,21 +93,14 @@ def three_followers(tag: str, tmp: Path, wanted: list[str] | None = None) -> lis
 
 
 def cleanup(config: Any, tag: str, table: str, pg: Any) -> None:
-    """Remove the connector, its slot and publication, the table, its topics, and every store named ``tag*``."""
-    from cdcsync.connectors.apply import client_for
-    from cdcsync.connectors.topics import delete_topics, topic_specs
+    """Remove the connector, its slot, publication, signal table and topics, the table, and every store named
+    ``tag*``."""
+    from cdcsync.connectors.remove import delete
+    from cdcsync.connectors.topics import delete_topics
 
-    source = config.sources[0]
-    client_for(config).delete(source.name)
-    time.sleep(3)
-    pg.execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s AND NOT active",
-        (source.slot,),
-    )
-    pg.execute(f"DROP PUBLICATION IF EXISTS {source.publication}")
+    delete(config, config.sources[0].name, topics=True, force=True)
     pg.execute(f"DROP TABLE IF EXISTS {table}")
-    pg.execute(f"DROP TABLE IF EXISTS {source.signal_table}")
-    delete_topics(config, [t.name for t in topic_specs(source)] + [f.dlq_topic for f in config.followers])
+    delete_topics(config, [f.dlq_topic for f in config.followers])
     empty_stores(tag)
 
 

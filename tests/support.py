@@ -27,8 +27,7 @@ import pymysql
 from confluent_kafka import Consumer, TopicPartition
 
 from cdcsync.config import Config
-from cdcsync.connectors.apply import apply, client_for, status
-from cdcsync.connectors.topics import delete_topics, topic_specs
+from cdcsync.connectors.apply import apply, status
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "deploy/local"))
@@ -205,26 +204,11 @@ def wait_streaming(config: Config, timeout: float = 120) -> None:
 
 
 def drop_capture(config: Config) -> None:
-    """Remove connectors, replication slots, publications and topics a scenario created."""
-    client = client_for(config)
+    """Remove connectors, replication slots, publications, signal tables and topics a scenario created."""
+    from cdcsync.connectors.remove import delete
+
     for source in config.sources:
-        client.delete(source.name)
-    for source in config.sources:
-        if source.kind == "postgres":
-            with pg_connect() as conn:
-                for _ in range(60):  # the slot stays active until the task has stopped
-                    row = conn.execute(
-                        "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (source.slot,)
-                    ).fetchone()
-                    if row is None:
-                        break
-                    if not row[0]:
-                        conn.execute("SELECT pg_drop_replication_slot(%s)", (source.slot,))
-                        break
-                    time.sleep(0.5)
-                conn.execute(f"DROP PUBLICATION IF EXISTS {source.publication}")
-        execute(source.kind, f"DROP TABLE IF EXISTS {source.signal_table.table}")
-        delete_topics(config, [t.name for t in topic_specs(source)])
+        delete(config, source.name, topics=True, force=True)
 
 
 @contextmanager

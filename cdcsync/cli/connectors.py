@@ -45,6 +45,30 @@ def apply_cmd(ctx: click.Context, sources: tuple[str, ...], as_json: bool) -> No
             click.echo(f"connector {r.connector}: incremental snapshot requested for {', '.join(r.snapshot)}")
 
 
+@connectors.command("delete")
+@click.argument("source")
+@click.option("--topics", is_flag=True, help="Also delete the source's topics and its connector's secrets file.")
+@click.option("--force", is_flag=True, help="Delete even while followers in the config still read the source.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@click.pass_context
+def delete_cmd(ctx: click.Context, source: str, topics: bool, force: bool, as_json: bool) -> None:
+    """Remove a source's capture for good: its connector, then its replication slot (Postgres), publication and
+    signal table, and with --topics its topics.
+
+    A connector deleted in Kafka Connect alone leaves its slot, which keeps the
+    database's WAL until its disk fills. Refused (exit 2) while a follower
+    still reads the source, unless --force. Safe to run again.
+    """
+    from cdcsync.connectors.remove import delete
+
+    removed = delete(load(ctx), source, topics=topics, force=force)
+    if as_json:
+        click.echo(json.dumps(removed.as_dict(), indent=2))
+        return
+    for line in removed.done:
+        click.echo(f"source {removed.source}: {line}")
+
+
 @connectors.command("status")
 @click.argument("sources", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
