@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdcsync import lagpage, metrics
+from cdcsync import lagpage, metrics, systemd
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError
 from cdcsync.sync import reindex_needed
@@ -118,7 +118,10 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
         signal.signal(signal.SIGINT, lambda signum, _frame: stopping.append(signum))
         self.supervisor.start_all()
+        systemd.notify("READY=1")  # Type=notify: started, serving /metrics (deploy/systemd)
+        watchdog = systemd.Watchdog()
         while not stopping:
+            watchdog.pet()  # only from this loop: a loop that hangs is restarted by systemd
             try:
                 self.supervisor.tick()
             except (Py4JError, ConnectionError) as err:  # the driver JVM is gone
@@ -134,6 +137,7 @@ class Daemon:
                 return 1
             time.sleep(0.5)
         log.info("signal %d: stopping %d followers between batches", stopping[0], len(self.followers))
+        systemd.notify("STOPPING=1")
         self.supervisor.stop_all(stop_between_batches)
         for follower in self.built.values():  # before Spark's own shutdown: a sink may still be writing
             _close_quietly(follower)

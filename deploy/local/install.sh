@@ -2,8 +2,9 @@
 # Install everything the local stack and the test suite need, once.
 #
 #   Debian packages   PostgreSQL, MariaDB, Redis (apt-get; only what is missing);
-#                     for the tests: chromium (the lag page) and prometheus
-#                     (its promtool checks deploy/monitoring; its service stays off)
+#                     for the tests: chromium (the lag page), prometheus (its promtool
+#                     checks deploy/monitoring; its service stays off) and systemd's
+#                     systemd-analyze (scores the service unit's sandbox)
 #   Maven Central     Kafka, Kafka Connect, Debezium plugins, Elasticsearch, Spark
 #                     Kafka source + Delta Lake: pinned in deploy/local/pom.xml
 #   PyPI              this package and its pinned dependencies, in a virtualenv
@@ -32,6 +33,7 @@ command -v unzip >/dev/null || missing+=(unzip)
 command -v mvn >/dev/null || missing+=(maven)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v promtool >/dev/null || missing+=(prometheus)
+command -v systemd-analyze >/dev/null || missing+=(systemd)  # tests score the service unit's sandbox with it
 command -v jcmd >/dev/null || missing+=(openjdk-17-jdk-headless)  # tests count the driver JVM's live objects with it
 if ((${#missing[@]})); then
   step "apt-get install ${missing[*]}"

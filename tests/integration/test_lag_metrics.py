@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from cdcsync import __version__
 from cdcsync.config_file import load_config
 from cdcsync.connectors.apply import apply
 from cdcsync.connectors.topics import delete_topics
@@ -52,14 +54,34 @@ def start_redis(port: int, data: Path) -> subprocess.Popen:
     raise AssertionError(f"redis-server did not listen on {port}")
 
 
-def start_daemon(config_path: Path, log: Path, metrics_port: int, *followers: str) -> subprocess.Popen:
+def start_daemon(
+    config_path: Path, log: Path, metrics_port: int, *followers: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "cdcsync", "--config", str(config_path), "run", *followers],
         stdout=open(log, "ab"),
         stderr=subprocess.STDOUT,
-        env={**os.environ, "CDCSYNC_METRICS_PORT": str(metrics_port)},
+        env={**os.environ, "CDCSYNC_METRICS_PORT": str(metrics_port), **(env or {})},
         start_new_session=True,
     )
+
+
+def notify_socket() -> socket.socket:
+    """A datagram socket standing in for systemd's NOTIFY_SOCKET (a short path: Unix socket paths are short)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(Path(tempfile.mkdtemp(prefix="cdcsync-sd-")) / "notify"))
+    sock.setblocking(False)
+    return sock
+
+
+def notified(sock: socket.socket) -> list[str]:
+    """Every state line the daemon sent so far."""
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(4096).decode())
+        except BlockingIOError:
+            return out
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -138,7 +160,10 @@ def test_metrics_show_lag_while_the_sink_is_down_and_zero_after(tmp_path: Path) 
     try:
         apply(config)
         wait_streaming(config)
-        daemon = start_daemon(config_path, log, metrics_port)
+        systemd = notify_socket()
+        # As systemd runs it (deploy/systemd/cdcsync.service): Type=notify, a watchdog of 2 s, petted every 1 s.
+        sd_env = {"NOTIFY_SOCKET": systemd.getsockname(), "WATCHDOG_USEC": "2000000"}
+        daemon = start_daemon(config_path, log, metrics_port, env=sd_env)
 
         def lag(samples: dict[Any, float]) -> tuple[float | None, float | None]:
             return (
@@ -155,6 +180,10 @@ def test_metrics_show_lag_while_the_sink_is_down_and_zero_after(tmp_path: Path) 
             within_s=300,
         )
         assert value(samples, "cdcsync_follower_state", follower="cache", state="running") == 1
+        build = [labels for (name, labels), v in samples.items() if name == "cdcsync_build_info" and v == 1]
+        assert len(build) == 1 and ("version", __version__) in build[0]
+        states = notified(systemd)
+        assert states[0] == "READY=1" and states.count("WATCHDOG=1") >= 2, states
         assert value(samples, "cdcsync_capture_lag_seconds", source=f"{tag}_pg") is not None
         wal = value(samples, "cdcsync_slot_retained_wal_bytes", source=f"{tag}_pg", slot=f"cdcsync_{tag}_pg")
         assert wal is not None and wal >= 0
@@ -181,9 +210,11 @@ def test_metrics_show_lag_while_the_sink_is_down_and_zero_after(tmp_path: Path) 
             within_s=300,
         )
         assert value(samples, "cdcsync_dead_letters_total", follower="cache") == 0
+        assert notified(systemd).count("WATCHDOG=1") >= 10  # petted all along, Redis down or not
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(120) == 0, log.read_text()[-3000:]
         daemon = None
+        assert notified(systemd)[-1] == "STOPPING=1"
     finally:
         if daemon is not None:
             os.killpg(daemon.pid, signal.SIGKILL)
