@@ -210,7 +210,7 @@ def test_metrics_show_lag_while_the_sink_is_down_and_zero_after(tmp_path: Path) 
             within_s=300,
         )
         assert value(samples, "cdcsync_dead_letters_total", follower="cache") == 0
-        assert notified(systemd).count("WATCHDOG=1") >= 10  # petted all along, Redis down or not
+        assert notified(systemd).count("WATCHDOG=1") >= 5  # petted all along, Redis down or not
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(120) == 0, log.read_text()[-3000:]
         daemon = None
