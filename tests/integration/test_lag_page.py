@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import struct
 import subprocess
@@ -19,24 +18,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 
 from cdcsync.connectors.apply import apply
 from tests.chaos.daemon import daemon_config, free_port, start_daemon
 from tests.integration.followers import drop_stores, follower_dicts
 from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
+from tests.tools import required
 from tests.unit.test_lag_page import text_of
 
 
 def chromium() -> str:
-    found = shutil.which("chromium")
-    if found is None:
-        message = "chromium not installed (Debian package `chromium`; deploy/local/install.sh installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " [CI=true: a missing tool is a failure]")
-        pytest.skip(message)  # only outside CI, see above
-    return found
+    return required("chromium", "chromium")
 
 
 def browse(url: str, profile: Path, *args: str) -> subprocess.CompletedProcess:

@@ -11,9 +11,7 @@ sample suffixes Prometheus gives each type (``_total`` of a counter,
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from cdcsync import metrics
+from tests.tools import required
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy/monitoring"
@@ -35,12 +34,7 @@ KEYWORDS |= {"inf", "nan"}
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess:
-    tool = shutil.which("promtool")
-    if tool is None:
-        message = "promtool not installed (Debian package `prometheus`; deploy/local/install.sh installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " [CI=true: a missing tool is a failure]")
-        pytest.skip(message)  # only outside CI, see above
+    tool = required("promtool", "prometheus")
     return subprocess.run([tool, *args], capture_output=True, text=True, timeout=120, cwd=REPO)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cdcsync import systemd
+from tests.tools import required
 
 UNIT = Path(__file__).resolve().parents[2] / "deploy/systemd/cdcsync.service"
 
@@ -68,12 +68,7 @@ def test_the_watchdog_is_petted_at_half_its_interval_and_only_for_this_process(m
 
 
 def test_the_service_unit_is_sandboxed_to_an_ok_exposure_and_notifies() -> None:
-    tool = shutil.which("systemd-analyze")
-    if tool is None:
-        message = "systemd-analyze not installed (Debian package `systemd`; deploy/local/install.sh installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " [CI=true: a missing tool is a failure]")
-        pytest.skip(message)  # only outside CI, see above
+    tool = required("systemd-analyze", "systemd")
     done = subprocess.run([tool, "security", "--offline=true", str(UNIT)], capture_output=True, text=True, timeout=60)
     score = re.search(r"Overall exposure level for cdcsync\.service: (\d+\.\d+)", done.stdout)
     assert score, done.stdout + done.stderr
