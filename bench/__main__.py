@@ -11,7 +11,7 @@ For each sink (Elasticsearch, Redis, Delta):
   first by reading the topic four times through Python workers
   (``_warm_up``), as a running daemon's would be. A new query still compiles
   its own generated code while it runs, which a run of 50k changes (3-5 s)
-  mostly measures: docs/benchmarks.md.
+  mostly measures (docs/benchmarks.md at commit 84d0961).
 - **live**: the follower runs as the daemon does (its kind's trigger interval) while M updates
   (``--live``, at most ``--rows``) are committed to Postgres; changes/s = M /
   (last change visible - first commit). The fixed delay of a change (trigger
