@@ -54,8 +54,8 @@ def delete(
     if source is None:
         known = ", ".join(s.name for s in config.sources) or "none"
         raise ConfigError([f"connectors delete {name}: no such source in the config (sources: {known})"])
-    followed_by = readers(config, source)
-    if followed_by and not force:
+    followed_by = [] if force else readers(config, source)
+    if followed_by:
         raise ConfigError([
             f"connectors delete {name}: followers {', '.join(followed_by)} still read it; remove its tables from "
             "them (or the source from the config) first, or pass --force"

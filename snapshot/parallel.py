@@ -88,7 +88,11 @@ class Processes:
     def _loud(self) -> Iterator[None]:
         try:
             yield
-        except BrokenProcessPool as err:
+        except (BrokenProcessPool, OSError) as err:
+            # A process that dies while the pool starts another one breaks the pool under that start: the
+            # executor has closed its pipes, and the start fails with "handle is closed", not BrokenProcessPool.
+            if isinstance(err, OSError) and not getattr(self._pool, "_broken", False):
+                raise
             raise FatalError(
                 f"follower {self.name}: a replay process ended without finishing its work ({err}); "
                 "out of memory? Run the command again"
