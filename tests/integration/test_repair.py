@@ -125,6 +125,7 @@ def stray(sc: Scenario, target: str, ident: int) -> Row:
     return Row(change, target, str(ident), doc)
 
 
+@pytest.mark.long  # ~6 minutes: `make chaos` runs it; `make test` keeps the daemon's repairs through the log below
 def test_divergence_planted_under_writes_is_found_exactly_and_repaired_through_the_log(
     spark: Any, tmp_path: Path
 ) -> None:
