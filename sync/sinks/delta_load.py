@@ -60,7 +60,6 @@ class Spool:
 
     def __init__(self, where: str) -> None:
         self.where = where.rstrip("/")
-        self.rows = 0  # rows this instance added
         self._fs: fs.FileSystem = fs.LocalFileSystem()
         self._dir = self.where
         if "://" in self.where:
@@ -76,7 +75,6 @@ class Spool:
         table = arrow_table(data, schema).replace_schema_metadata(noted)
         name = f"part-{os.getpid()}-{next(self._counter):06d}-{uuid.uuid4().hex[:8]}.parquet"
         pq.write_table(table, f"{self._dir}/{name}", filesystem=self._fs, compression="snappy")
-        self.rows += len(data)
 
     def files(self) -> list[str]:
         found = self._fs.get_file_info(fs.FileSelector(self._dir, allow_not_found=True))
