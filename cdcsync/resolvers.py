@@ -25,6 +25,7 @@ import orjson
 import pymysql  # type: ignore[import-untyped]
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from cdcsync import kafka
 from cdcsync.config import Config, SourceConfig
 from cdcsync.db import connect_mariadb
 from cdcsync.errors import FatalError, RetryableError
@@ -98,7 +99,7 @@ class SnapshotLsns:
         ``offset`` (the first transaction, possibly thousands of events): one
         lookup serves all of them, read once back and once forward.
         """
-        consumer = Consumer(
+        consumer = kafka.consumer(
             {
                 **self.kafka,
                 "group.id": "cdcsync-snapshot-lsn",

@@ -15,11 +15,13 @@ that consumers treat as a full history would lose data.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from cdcsync import kafka
 from cdcsync.config import Config, SourceConfig
 from cdcsync.errors import FatalError, RetryableError
 
@@ -56,8 +58,9 @@ def topic_specs(source: SourceConfig) -> list[TopicSpec]:
     return specs
 
 
-def admin(config: Config) -> AdminClient:
-    return AdminClient({**config.kafka.client_config(), "socket.timeout.ms": 10000})
+def admin(config: Config) -> AbstractContextManager[AdminClient]:
+    """An AdminClient for a ``with`` block (``cdcsync.kafka.admin``)."""
+    return kafka.admin({**config.kafka.client_config(), "socket.timeout.ms": 10000})
 
 
 def existing_topics(client: AdminClient) -> set[str]:
@@ -69,51 +72,51 @@ def existing_topics(client: AdminClient) -> set[str]:
 
 def ensure_topics(config: Config, specs: list[TopicSpec]) -> list[str]:
     """Create missing topics; return one line per action taken. Raise if an existing topic is not as required."""
-    client = admin(config)
-    present = existing_topics(client)
-    actions, missing = [], [s for s in specs if s.name not in present]
-    if missing:
-        futures = client.create_topics(
-            [
-                NewTopic(
-                    s.name,
-                    num_partitions=s.partitions,
-                    replication_factor=config.kafka.topic_replication_factor,
-                    config=s.config,
-                )
-                for s in missing
-            ]
-        )
-        for name, future in futures.items():
-            try:
-                future.result(timeout=30)
-                actions.append(f"topic {name}: created")
-            except KafkaException as err:
-                if "TOPIC_ALREADY_EXISTS" not in str(err):
-                    raise FatalError(f"creating topic {name} failed: {err}") from None
-    wanted = {s.name: s for s in specs if s.name in present}
-    if wanted:
-        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in wanted]
-        corrections: dict[str, dict[str, tuple[str, str]]] = {}
-        for resource, future in client.describe_configs(resources).items():
-            current = future.result(timeout=30)
-            spec = wanted[resource.name]
-            policy, expected = current["cleanup.policy"].value, spec.config["cleanup.policy"]
-            if policy != expected:
-                raise FatalError(
-                    f"topic {resource.name} exists with cleanup.policy={policy}, expected {expected}; "
-                    f"fix it with kafka-configs --alter --entity-type topics --entity-name {resource.name} "
-                    f"--add-config cleanup.policy={expected}"
-                )
-            differ = {
-                key: (current[key].value, spec.config[key])
-                for key in HORIZON_KEYS
-                if key in spec.config and current[key].value != spec.config[key]
-            }
-            if differ:
-                corrections[resource.name] = differ
-        actions += _correct(client, corrections)
-    return actions
+    with admin(config) as client:
+        present = existing_topics(client)
+        actions, missing = [], [s for s in specs if s.name not in present]
+        if missing:
+            futures = client.create_topics(
+                [
+                    NewTopic(
+                        s.name,
+                        num_partitions=s.partitions,
+                        replication_factor=config.kafka.topic_replication_factor,
+                        config=s.config,
+                    )
+                    for s in missing
+                ]
+            )
+            for name, future in futures.items():
+                try:
+                    future.result(timeout=30)
+                    actions.append(f"topic {name}: created")
+                except KafkaException as err:
+                    if "TOPIC_ALREADY_EXISTS" not in str(err):
+                        raise FatalError(f"creating topic {name} failed: {err}") from None
+        wanted = {s.name: s for s in specs if s.name in present}
+        if wanted:
+            resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in wanted]
+            corrections: dict[str, dict[str, tuple[str, str]]] = {}
+            for resource, future in client.describe_configs(resources).items():
+                current = future.result(timeout=30)
+                spec = wanted[resource.name]
+                policy, expected = current["cleanup.policy"].value, spec.config["cleanup.policy"]
+                if policy != expected:
+                    raise FatalError(
+                        f"topic {resource.name} exists with cleanup.policy={policy}, expected {expected}; "
+                        f"fix it with kafka-configs --alter --entity-type topics --entity-name {resource.name} "
+                        f"--add-config cleanup.policy={expected}"
+                    )
+                differ = {
+                    key: (current[key].value, spec.config[key])
+                    for key in HORIZON_KEYS
+                    if key in spec.config and current[key].value != spec.config[key]
+                }
+                if differ:
+                    corrections[resource.name] = differ
+            actions += _correct(client, corrections)
+        return actions
 
 
 def _correct(client: AdminClient, corrections: dict[str, dict[str, tuple[str, str]]]) -> list[str]:
@@ -138,9 +141,9 @@ def _correct(client: AdminClient, corrections: dict[str, dict[str, tuple[str, st
 
 
 def delete_topics(config: Config, names: list[str]) -> None:
-    client = admin(config)
-    present = existing_topics(client)
-    todo = [n for n in names if n in present]
-    if todo:
-        for future in client.delete_topics(todo, operation_timeout=30).values():
-            future.result(timeout=60)
+    with admin(config) as client:
+        present = existing_topics(client)
+        todo = [n for n in names if n in present]
+        if todo:
+            for future in client.delete_topics(todo, operation_timeout=30).values():
+                future.result(timeout=60)

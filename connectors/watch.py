@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from cdcsync import metrics
+from cdcsync import kafka, metrics
 from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors import partitions, restore, source_setup
 from cdcsync.connectors.client import ConnectClient
@@ -241,8 +241,11 @@ class CaptureWatch:
 
     def _heartbeat_end(self, source: SourceConfig) -> int:
         if self._consumer is None:
-            self._consumer = Consumer({**self.config.kafka.client_config(), "group.id": "cdcsync-capture-watch"})
-        return int(self._consumer.get_watermark_offsets(TopicPartition(source.heartbeat_topic, 0), timeout=10)[1])
+            self._consumer = kafka.consumer({**self.config.kafka.client_config(), "group.id": "cdcsync-capture-watch"})
+        try:
+            return int(self._consumer.get_watermark_offsets(TopicPartition(source.heartbeat_topic, 0), timeout=10)[1])
+        finally:
+            kafka.serve_logs(self._consumer)  # nothing else polls it: its log lines would pile up
 
 
 def end_slot_backend(source: SourceConfig) -> int | None:

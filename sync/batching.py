@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from cdcsync import kafka
 from cdcsync.config import Config
 
 SAMPLE = 200  # records per partition
@@ -62,7 +63,7 @@ def sample_sizes(
     config: Config, topics: list[str], positions: dict[str, dict[int, int]], timeout_s: float = 10
 ) -> list[int]:
     """Sizes (key + value bytes) of up to ``SAMPLE`` records per partition, from each position (else the start)."""
-    consumer = Consumer(
+    consumer = kafka.consumer(
         {
             **config.kafka.client_config(),
             "group.id": "cdcsync-batch-sizing",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
+from cdcsync import kafka
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import RetryableError
 from cdcsync.events import Record
@@ -17,9 +17,10 @@ QUEUE_FULL_ATTEMPTS, QUEUE_FULL_WAIT_S = 3, 20.0  # a dead letter's tries while 
 class DeadLetters:
     """Poison records, with the reason and the source coordinates in headers."""
 
-    def __init__(self, kafka: dict[str, str], topic: str, follower: str) -> None:
+    def __init__(self, client_config: dict[str, str], topic: str, follower: str) -> None:
         self.topic, self.follower = topic, follower
-        self._producer = Producer({**kafka, "enable.idempotence": True, "linger.ms": 5})
+        # Its log lines reach logging from flush(), once a batch (cdcsync.kafka).
+        self._producer = kafka.producer({**client_config, "enable.idempotence": True, "linger.ms": 5})
         self._errors: list[str] = []
 
     def send(self, record: Record, stage: str, reason: str) -> None:
@@ -59,22 +60,22 @@ class DeadLetters:
 
 def ensure_dead_letter_topic(config: Config, follower: FollowerConfig) -> None:
     """Create the follower's dead-letter topic if missing (30 days of retention: reasons to read, not state)."""
-    admin = AdminClient(config.kafka.client_config())
-    if follower.dlq_topic in admin.list_topics(timeout=15).topics:
-        return
-    futures = admin.create_topics(
-        [
-            NewTopic(
-                follower.dlq_topic,
-                num_partitions=1,
-                replication_factor=config.kafka.topic_replication_factor,
-                config={"retention.ms": str(30 * 24 * 3600 * 1000)},
-            )
-        ]
-    )
-    for future in futures.values():
-        try:
-            future.result(timeout=30)
-        except Exception as err:  # created meanwhile by another process is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(err):
-                raise
+    with kafka.admin(config.kafka.client_config()) as admin:
+        if follower.dlq_topic in admin.list_topics(timeout=15).topics:
+            return
+        futures = admin.create_topics(
+            [
+                NewTopic(
+                    follower.dlq_topic,
+                    num_partitions=1,
+                    replication_factor=config.kafka.topic_replication_factor,
+                    config={"retention.ms": str(30 * 24 * 3600 * 1000)},
+                )
+            ]
+        )
+        for future in futures.values():
+            try:
+                future.result(timeout=30)
+            except Exception as err:  # created meanwhile by another process is fine
+                if "TOPIC_ALREADY_EXISTS" not in str(err):
+                    raise

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from cdcsync import kafka
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import RetryableError
 from cdcsync.sync.position import resume_position
@@ -175,7 +176,7 @@ class LogReader:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(
+            self._consumer = kafka.consumer(
                 {
                     **self.config.kafka.client_config(),
                     "group.id": "cdcsync-lag",
@@ -188,6 +189,13 @@ class LogReader:
 
     def read(self, followers: Iterable[FollowerConfig], now_ms: int | None = None) -> LogRead:
         """Every captured table's and heartbeat topic's bounds and tail, and each follower's lag in them."""
+        try:
+            return self._read(followers, now_ms)
+        finally:
+            if self._consumer is not None:  # nothing is assigned between scans, and a read may scan nothing
+                kafka.serve_logs(self._consumer)
+
+    def _read(self, followers: Iterable[FollowerConfig], now_ms: int | None) -> LogRead:
         config = self.config
         read = LogRead(at_ms=now_ms if now_ms is not None else int(time.time() * 1000))
         topics = {s.topic(t): (s, t) for s in config.sources for t in s.tables}

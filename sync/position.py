@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 
+from cdcsync import kafka
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.state import base_dir
@@ -162,20 +163,20 @@ def record_reindexed(config: Config, follower: str, offsets: Mapping[str, Mappin
 def partition_facts(config: Config, positions: Positions, timeout_s: float = 30) -> list[PartitionFacts]:
     """Ask the broker for each position's log bounds, horizon and next record's timestamp."""
     servers = config.kafka.bootstrap_servers
-    admin = AdminClient({**config.kafka.client_config(), "socket.timeout.ms": 10000})
     topics = sorted(t for t, parts in positions.items() if parts)
     if not topics:
         return []
     try:
-        described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
-        horizon = {
-            r.name: int(f.result(timeout=timeout_s)["min.compaction.lag.ms"].value) for r, f in described.items()
-        }
+        with kafka.admin({**config.kafka.client_config(), "socket.timeout.ms": 10000}) as admin:
+            described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
+            horizon = {
+                r.name: int(f.result(timeout=timeout_s)["min.compaction.lag.ms"].value) for r, f in described.items()
+            }
     except KafkaException as err:
         if "UNKNOWN_TOPIC" in str(err):
             raise FatalError(f"a followed topic does not exist: {err}; run `cdcsync connectors apply`") from None
         raise RetryableError(f"Kafka unreachable at {servers}: {err}") from None
-    consumer = Consumer(
+    consumer = kafka.consumer(
         {**config.kafka.client_config(), "group.id": "cdcsync-position-check", "enable.auto.commit": False}
     )
     try:

@@ -23,8 +23,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from confluent_kafka.admin import AdminClient
-
+from cdcsync import kafka
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import RetryableError
 from cdcsync.events import Record
@@ -50,7 +49,8 @@ def starting_offsets(config: Config, cfg: FollowerConfig, topics: list[str]) -> 
     if not path.exists():
         return "earliest"
     recorded = json.loads(path.read_text())["offsets"]
-    metadata = AdminClient(config.kafka.client_config()).list_topics(timeout=30).topics
+    with kafka.admin(config.kafka.client_config()) as admin:
+        metadata = admin.list_topics(timeout=30).topics
     offsets: dict[str, dict[str, int]] = {}
     for topic in topics:
         partitions = metadata[topic].partitions if topic in metadata else {0: None}
@@ -60,7 +60,8 @@ def starting_offsets(config: Config, cfg: FollowerConfig, topics: list[str]) -> 
 
 def present_topics(config: Config, topics: list[str]) -> list[str]:
     """The topics among ``topics`` that exist: a table whose connector was not applied yet has none."""
-    metadata = AdminClient(config.kafka.client_config()).list_topics(timeout=30).topics
+    with kafka.admin(config.kafka.client_config()) as admin:
+        metadata = admin.list_topics(timeout=30).topics
     return [t for t in topics if t in metadata]
 
 

@@ -38,9 +38,11 @@ def cli(
 def left(config: Config) -> dict[str, object]:
     """What of the source's capture still exists."""
     source = config.sources[0]
+    with admin(config) as kafka_admin:
+        topics = existing_topics(kafka_admin)
     out: dict[str, object] = {
         "connector": client_for(config).status(source.name) is not None,
-        "topics": sorted({spec.name for spec in topic_specs(source)} & existing_topics(admin(config))),
+        "topics": sorted({spec.name for spec in topic_specs(source)} & topics),
     }
     if source.kind == "postgres":
         with pg_connect() as pg:
