@@ -1,24 +1,32 @@
 """A small client for Kafka Connect's REST API.
 
-Only what cdcsync needs: read, validate, PUT (create-or-update, idempotent),
+Only what cdcsync needs: list, read, validate, PUT (create-or-update, idempotent),
 status, restart and delete. A Connect worker that cannot be reached raises
 ``ConnectUnreachable`` naming the URL; 5xx and rebalance conflicts (409) are
-retryable, everything else is fatal with Connect's own message.
+retryable, everything else is fatal with Connect's own message. A call is
+tried ``retries`` times while it is retryable, waiting ``retry_after`` times
+the attempts so far (at most 5 s) between tries; then its last error is raised.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 from urllib.parse import quote
 
 import requests
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from cdcsync.errors import FatalError, RetryableError
+from cdcsync.retry import raised
 
 
 class ConnectUnreachable(RetryableError):
     """Kafka Connect's REST endpoint did not answer."""
+
+
+def _longer_each_attempt(state: RetryCallState) -> float:
+    """The error's ``retry_after`` times the attempts made, at most 5 s."""
+    return min(raised(state).retry_after * state.attempt_number, 5)
 
 
 class ConnectClient:
@@ -27,17 +35,15 @@ class ConnectClient:
         self.timeout_s = timeout_s
         self.retries = retries
         self._http = requests.Session()
+        self._policy = Retrying(
+            retry=retry_if_exception_type(RetryableError),
+            stop=stop_after_attempt(retries),
+            wait=_longer_each_attempt,
+            reraise=True,
+        )
 
     def _call(self, method: str, path: str, body: Any = None, ok_404: bool = False) -> Any:
-        last: Exception | None = None
-        for attempt in range(self.retries):
-            try:
-                return self._once(method, path, body, ok_404)
-            except RetryableError as err:
-                last = err
-                time.sleep(min(err.retry_after * (attempt + 1), 5))
-        assert last is not None
-        raise last
+        return self._policy(self._once, method, path, body, ok_404)
 
     def _once(self, method: str, path: str, body: Any, ok_404: bool) -> Any:
         try:
@@ -62,6 +68,11 @@ class ConnectClient:
 
     def connectors(self) -> list[str]:
         return list(self._call("GET", "/connectors"))
+
+    def configs(self) -> dict[str, dict[str, str]]:
+        """Every connector's config, by name, in one request (``?expand=info``)."""
+        listed = self._call("GET", "/connectors?expand=info") or {}
+        return {name: dict(entry.get("info", {}).get("config") or {}) for name, entry in listed.items()}
 
     def get_config(self, name: str) -> dict[str, str] | None:
         return self._call("GET", f"/connectors/{quote(name)}/config", ok_404=True)

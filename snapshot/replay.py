@@ -9,28 +9,36 @@ writes) in calls of ``BATCH_ROWS`` or, for a sink that writes in chunks,
 go to several processes (``snapshot.parallel``), in slices of
 ``SLICE_RECORDS`` offsets of one partition. ``publish`` then shows the
 staged generation, retried on a retryable failure. ``Summary`` counts what was
-done; ``progress_bar`` shows it as it goes.
+done; ``ProgressBar`` shows it as it goes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, TopicPartition
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
+from cdcsync import kafka
 from cdcsync.config import Config
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Record
+from cdcsync.retry import doubling_honouring_retry_after
 from cdcsync.snapshot import parallel
 from cdcsync.sync.follower import BatchCounts, Follower
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Sink
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 BATCH_ROWS = 5000  # records per follower.process call of a bootstrap (the sink writes them in its own chunks)
 # Records per follower.process call of a replay into a sink that writes in chunks (Elasticsearch, Redis): the call
@@ -67,7 +75,7 @@ class Summary:
 
 def consumer(config: Config, purpose: str) -> Consumer:
     """A plain consumer that only reads assigned partitions: it never commits, nor joins the follower's group."""
-    return Consumer(
+    return kafka.consumer(
         {
             **config.kafka.client_config(),
             "group.id": f"cdcsync-{purpose}",
@@ -240,27 +248,80 @@ def runs(lists: Iterable[list[Record]], size: int, handed: Callable[[int], None]
 
 
 def publish(sink: Sink, attempts: int = 6) -> None:
-    """``sink.publish()``, retried on a retryable failure (a Delta commit conflict with a running follower)."""
-    delay = 1.0
-    for attempt in range(1, attempts + 1):
-        try:
-            sink.publish()
-            return
-        except RetryableError as err:
-            if attempt == attempts:
-                raise
-            delay = min(max(delay * 2, err.retry_after), 30)
-            time.sleep(delay)
+    """``sink.publish()``, retried on a retryable failure (a Delta commit conflict with a running follower).
+
+    Waits 2, 4, 8 ... s between tries (at least what the error asks, at most
+    30 s); the last try's error is raised as it is.
+    """
+    policy = Retrying(
+        retry=retry_if_exception_type(RetryableError),
+        stop=stop_after_attempt(attempts),
+        wait=doubling_honouring_retry_after(base=1.0, cap=30),
+        reraise=True,
+    )
+    policy(sink.publish)
 
 
-def progress_bar(done: int, total: int, elapsed: float, label: str = "bootstrap") -> None:
-    """One line on stderr: rows, rows/s and ETA (redrawn in place on a terminal)."""
+def progress_text(done: int, total: int, elapsed: float) -> str:
+    """Records done of all, the share, rows/s and the ETA."""
     rate = done / elapsed if elapsed > 0 else 0.0
     eta = (total - done) / rate if rate > 0 else 0.0
     pct = 100.0 * done / total if total else 100.0
-    line = f"{label}: {done:,}/{total:,} records ({pct:5.1f}%)  {rate:,.0f}/s  ETA {eta:,.0f}s"
-    end = "\r" if sys.stderr.isatty() and done < total else "\n"
-    print(line, end=end, file=sys.stderr, flush=True)
+    return f"{done:,}/{total:,} records ({pct:5.1f}%)  {rate:,.0f}/s  ETA {eta:,.0f}s"
+
+
+def progress_bar(done: int, total: int, elapsed: float, label: str = "bootstrap") -> None:
+    """One plain line on stderr per call: rows, rows/s and ETA (what a log or CI gets from ``ProgressBar``)."""
+    print(f"{label}: {progress_text(done, total, elapsed)}", file=sys.stderr, flush=True)
+
+
+class ProgressBar:
+    """A ``Progress`` callback for the command line: a bar on a terminal, plain lines elsewhere.
+
+    On a terminal (stderr is one) rich draws the bar and ``progress_text`` in
+    place; anywhere else each call writes ``progress_bar``'s line, so a log or
+    CI keeps every figure. Used as a context manager: leaving it ends the bar
+    (and gives the terminal its cursor back) however the operation ends.
+    rich is imported only for a terminal.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._bar: RichProgress | None = None  # once drawn
+        self._task: TaskID | None = None
+        self._lock = threading.Lock()  # a source bootstrap reports from its writer threads
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.stop()
+                self._bar = None
+
+    def __call__(self, done: int, total: int, elapsed: float) -> None:
+        if not sys.stderr.isatty():
+            progress_bar(done, total, elapsed, self.label)
+            return
+        with self._lock:
+            if self._bar is None or self._task is None:
+                self._bar, self._task = self._draw(total)
+            self._bar.update(self._task, completed=done, total=total, text=progress_text(done, total, elapsed))
+
+    def _draw(self, total: int) -> tuple[RichProgress, TaskID]:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        bar = Progress(
+            TextColumn("{task.description}:", markup=False),
+            BarColumn(),
+            TextColumn("{task.fields[text]}", markup=False),
+            console=Console(stderr=True, force_terminal=True),
+        )
+        task = bar.add_task(self.label, total=total, text="")
+        bar.start()
+        return bar, task
 
 
 def as_json(summary: Summary) -> dict[str, Any]:

@@ -30,13 +30,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import BinlogSeq, Change, PoisonRecord, Record, SnapshotLsn, parse_record
+from cdcsync.retry import doubling_honouring_retry_after, raised
 from cdcsync.sync import shape
 from cdcsync.sync.dead_letters import DeadLetters
 from cdcsync.sync.mapping import Row, TableMapping, map_row
@@ -421,23 +423,40 @@ class Follower:
             self.dead_letters.send(record_of(row.change), "sink", reason)
 
     def _write(self, batch_id: int, rows: list[Row], counts: BatchCounts) -> WriteResult:
-        delay = 0.5
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                return self.sink.write(batch_id, rows)
-            except RetryableError as err:
-                if attempt == self.max_attempts:
-                    # Still retryable: the batch fails, and the daemon's supervisor restarts the follower later.
-                    raise RetryableError(
-                        f"follower {self.name}: sink still failing after {attempt} attempts: {err}", err.retry_after
-                    ) from err
-                with self._retries:
-                    counts.retries += 1
-                if self.report:  # here, not at the end of a batch that may never end (the sink is down)
-                    metrics.SINK_RETRIES.labels(self.name).inc()
-                delay = min(max(delay * 2, err.retry_after), 30)
-                log.warning(
-                    "follower=%s batch=%d attempt=%d retry_in_s=%.1f error=%s", self.name, batch_id, attempt, delay, err
-                )
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+        """``sink.write``, tried up to ``max_attempts`` times while it raises ``RetryableError``.
+
+        Waits 1, 2, 4 ... s between tries (at least what the error asks, at most
+        30 s). Each retry is counted and logged as it happens, not at the end of
+        a batch that may never end (the sink is down).
+        """
+
+        def retrying(state: RetryCallState) -> None:
+            with self._retries:
+                counts.retries += 1
+            if self.report:
+                metrics.SINK_RETRIES.labels(self.name).inc()
+            log.warning(
+                "follower=%s batch=%d attempt=%d retry_in_s=%.1f error=%s",
+                self.name,
+                batch_id,
+                state.attempt_number,
+                state.upcoming_sleep,
+                raised(state),
+            )
+
+        def give_up(state: RetryCallState) -> NoReturn:
+            # Still retryable: the batch fails, and the daemon's supervisor restarts the follower later.
+            err = raised(state)
+            raise RetryableError(
+                f"follower {self.name}: sink still failing after {state.attempt_number} attempts: {err}",
+                err.retry_after,
+            ) from err
+
+        policy = Retrying(
+            retry=retry_if_exception_type(RetryableError),
+            stop=stop_after_attempt(self.max_attempts),
+            wait=doubling_honouring_retry_after(base=0.5, cap=30),
+            before_sleep=retrying,
+            retry_error_callback=give_up,
+        )
+        return policy(self.sink.write, batch_id, rows)

@@ -33,8 +33,8 @@ def bootstrap(
     config error.
     """
     from cdcsync.snapshot.bootstrap import bootstrap_from_topics, follower_lock
+    from cdcsync.snapshot.replay import ProgressBar
     from cdcsync.snapshot.replay import as_json as summary_json
-    from cdcsync.snapshot.replay import progress_bar
     from cdcsync.state import base_dir
     from cdcsync.sync.build import build_follower
     from cdcsync.sync.catalog import mappings_for
@@ -49,7 +49,7 @@ def bootstrap(
             from cdcsync.spark import spark_session
 
             # Spark only reads JDBC pieces for a sink without Spark: its start is most of its work (class_archive)
-            spark = spark_session(f"cdcsync-bootstrap-{cfg.name}", class_archive=not needs_spark(cfg))
+            spark = spark_session(f"cdcsync-bootstrap-{cfg.name}", class_archive=not needs_spark(cfg), config=config)
         mappings = mappings_for(config, cfg)
         if tables:
             wanted = {t.lower() for t in tables}
@@ -65,13 +65,15 @@ def bootstrap(
             from cdcsync.snapshot.source import bootstrap_from_source
 
             assert spark is not None
-            summary = bootstrap_from_source(
-                config, cfg, built, spark, checkpoint_dir(config, cfg), base_dir(config), partitions, progress_bar
-            )
+            with ProgressBar("bootstrap") as progress:
+                summary = bootstrap_from_source(
+                    config, cfg, built, spark, checkpoint_dir(config, cfg), base_dir(config), partitions, progress
+                )
         else:
-            summary = bootstrap_from_topics(
-                config, cfg, built, checkpoint_dir(config, cfg), base_dir(config), progress_bar
-            )
+            with ProgressBar("bootstrap") as progress:
+                summary = bootstrap_from_topics(
+                    config, cfg, built, checkpoint_dir(config, cfg), base_dir(config), progress
+                )
     if as_json:
         click.echo(json.dumps(summary_json(summary), indent=2))
     else:

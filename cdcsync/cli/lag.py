@@ -100,10 +100,22 @@ def render(report: dict[str, Any]) -> str:
 
 
 def _table(rows: Sequence[tuple[str, ...]], right: tuple[int, ...]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(
-            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=False))
-        ).rstrip()
-        for row in rows
-    ]
+    """``rows`` (the first the header) as aligned columns two spaces apart, the ``right`` ones right-aligned.
+
+    rich lays the table out, measuring each cell as a terminal shows it (a
+    wide character takes two columns); it is imported only here, so that
+    ``cdcsync lag --help`` stays instant.
+    """
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, padding=(0, 1), show_header=False)
+    for i in range(len(rows[0])):
+        table.add_column(justify="right" if i in right else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # Text: a cell is shown as it is, never read as markup
+    console = Console(width=100_000, color_system=None, highlight=False)
+    with console.capture() as out:
+        console.print(table)
+    return [line.rstrip() for line in out.get().splitlines()]

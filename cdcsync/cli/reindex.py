@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 
 import click
@@ -30,7 +29,7 @@ def reindex(ctx: click.Context, follower: str, table: str | None, origin: str, a
     config error.
     """
     from cdcsync.snapshot.reindex import reindex as run_reindex
-    from cdcsync.snapshot.replay import progress_bar
+    from cdcsync.snapshot.replay import ProgressBar
     from cdcsync.sync.sinks import needs_spark
 
     config = load(ctx)
@@ -40,8 +39,9 @@ def reindex(ctx: click.Context, follower: str, table: str | None, origin: str, a
         from cdcsync.spark import spark_session
 
         # Spark only reads JDBC pieces for a sink without Spark: its start is most of its work (class_archive)
-        spark = spark_session(f"cdcsync-reindex-{cfg.name}", class_archive=not needs_spark(cfg))
-    summary = run_reindex(config, cfg, spark, table, functools.partial(progress_bar, label="reindex"), origin)
+        spark = spark_session(f"cdcsync-reindex-{cfg.name}", class_archive=not needs_spark(cfg), config=config)
+    with ProgressBar("reindex") as progress:
+        summary = run_reindex(config, cfg, spark, table, progress, origin)
     if summary.finished:
         click.echo(f"follower {cfg.name}: an earlier reindex was killed; {summary.finished}", err=True)
     if as_json:

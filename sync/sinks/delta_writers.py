@@ -9,8 +9,8 @@ and its switch write the live table while the daemon keeps merging into it
 one history table. A daemon that commits every few seconds can make a
 reindex MERGE that takes as long lose every retry; CI saw eight in a row.
 
-So they take turns: ``one_writer(path)`` holds an ``flock`` on
-``<dir>/.<table>.lock``, beside the table, for the write and its commit. The
+So they take turns: ``one_writer(path)`` holds an ``flock`` (filelock's
+``FileLock``) on ``<dir>/.<table>.lock``, beside the table, for the write and its commit. The
 OS releases it when the holder exits, however it dies. A writer that waits
 long logs who holds the lock, and gives up after ``WAIT_S`` with a
 ``RetryableError`` naming it (the follower retries the batch).
@@ -22,14 +22,13 @@ retries. Writers other than cdcsync (an ``OPTIMIZE`` run by hand) never take
 the lock either; the same retry covers them.
 
 Different tables do not conflict, so one batch's tables are written
-``TABLES_AT_ONCE`` at a time (``each_table``): a MERGE is mostly a fixed
+``delta.tables_at_once`` at a time (``each_table``; bench.delta_tables): a MERGE is mostly a fixed
 cost of ~19 small Spark jobs one after the other, and a second MERGE's jobs
 fill the cores the first leaves idle between its own.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -40,25 +39,16 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
 
-from cdcsync.errors import FatalError, RetryableError
+from filelock import FileLock, Timeout
+
+from cdcsync.errors import RetryableError
 
 log = logging.getLogger(__name__)
 
 WAIT_S = 900.0  # a publish copies the whole table; longer than that, something is stuck
 SAY_AFTER_S = 30.0
 _held = threading.local()  # paths this thread holds: a nested write of the same table must not wait on itself
-# A batch's tables MERGEd at once (bench.delta_tables). Each holds its share of the batch and its own tasks'
-# buffers, so the memory bound of a batch (sync.batching) still holds; more than the cores buys nothing.
-TABLES_AT_ONCE = 2
 T = TypeVar("T")
-
-
-def tables_at_once() -> int:
-    """``TABLES_AT_ONCE``, or ``CDCSYNC_DELTA_TABLES_AT_ONCE`` when set (1 MERGEs one table at a time)."""
-    raw = os.environ.get("CDCSYNC_DELTA_TABLES_AT_ONCE", str(TABLES_AT_ONCE)).strip()
-    if not raw.isdigit() or int(raw) < 1:
-        raise FatalError(f"CDCSYNC_DELTA_TABLES_AT_ONCE={raw!r}: want a whole number of tables, 1 or more")
-    return int(raw)
 
 
 def lock_file(path: str) -> Path | None:
@@ -79,39 +69,53 @@ def one_writer(path: str, wait_s: float = WAIT_S) -> Iterator[None]:
         yield
         return
     lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    # An flock (no soft fallback: a file system without flock fails the write, as it always did); the file stays
+    # after release, and holds who has the lock for the waiters' messages.
+    writer = FileLock(lock, mode=0o644, fallback_to_soft=False, on_acquired=_say_who)
+    _take(writer, lock, path, wait_s)
     try:
-        _take(fd, lock, path, wait_s)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} ({threading.current_thread().name})".encode(), 0)
         held.add(path)
         try:
             yield
         finally:
             held.discard(path)
     finally:
-        os.close(fd)  # releases the lock
+        writer.release()
 
 
-def _take(fd: int, lock: Path, path: str, wait_s: float) -> None:
+def _say_who(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} ({threading.current_thread().name})".encode(), 0)
+
+
+def _take(writer: FileLock, lock: Path, path: str, wait_s: float) -> None:
+    """Acquire ``writer``; after ``SAY_AFTER_S`` say who holds it, after ``wait_s`` give up naming them."""
     started = time.monotonic()
-    said = False
-    while True:
+    try:
+        writer.acquire(timeout=min(SAY_AFTER_S, wait_s))
+        return
+    except Timeout:
+        waited = time.monotonic() - started
+    if waited < wait_s:
+        log.warning("table=%s waiting_for=%r lock=%s waited_s=%.0f", path, _holder(lock), lock, waited)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            writer.acquire(timeout=wait_s - waited)
             return
-        except BlockingIOError:
-            waited = time.monotonic() - started
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another writer"
-            if waited >= wait_s:
-                raise RetryableError(
-                    f"{path}: {holder} has been writing the table for over {wait_s:g} s (lock {lock}); "
-                    "if that process is stuck, stop it"
-                ) from None
-            if waited >= SAY_AFTER_S and not said:
-                log.warning("table=%s waiting_for=%r lock=%s waited_s=%.0f", path, holder, lock, waited)
-                said = True
-            time.sleep(0.05)
+        except Timeout:
+            pass
+    raise RetryableError(
+        f"{path}: {_holder(lock)} has been writing the table for over {wait_s:g} s (lock {lock}); "
+        "if that process is stuck, stop it"
+    ) from None
+
+
+def _holder(lock: Path) -> str:
+    """Who holds the lock, as the holder wrote it in the lock file."""
+    try:
+        with open(lock, "rb") as file:
+            return file.read(200).decode(errors="replace").strip() or "another writer"
+    except OSError:
+        return "another writer"
 
 
 def each_table(calls: Sequence[Callable[[], T]], at_once: int) -> list[T]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdcsync.errors import FatalError, RetryableError
-from cdcsync.sync.sinks.delta_writers import each_table, lock_file, one_writer, tables_at_once
+from cdcsync.errors import RetryableError
+from cdcsync.sync.sinks.delta_writers import each_table, lock_file, one_writer
 
 
 def test_a_local_table_is_locked_beside_itself_and_a_remote_one_not_at_all() -> None:
@@ -88,14 +88,3 @@ def test_each_table_lets_a_group_finish_then_raises_its_first_error() -> None:
     with pytest.raises(ValueError, match="table 1"):
         each_table([lambda n=n: call(n) for n in range(5)], at_once=2)
     assert done == [0]  # table 0 (beside the failed 1) ran to its end; the next group never started
-
-
-def test_tables_at_once_is_two_unless_set_and_a_bad_setting_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CDCSYNC_DELTA_TABLES_AT_ONCE", raising=False)
-    assert tables_at_once() == 2
-    monkeypatch.setenv("CDCSYNC_DELTA_TABLES_AT_ONCE", "1")
-    assert tables_at_once() == 1
-    for bad in ("0", "two", "-1"):
-        monkeypatch.setenv("CDCSYNC_DELTA_TABLES_AT_ONCE", bad)
-        with pytest.raises(FatalError, match=f"CDCSYNC_DELTA_TABLES_AT_ONCE='{bad}': want a whole number"):
-            tables_at_once()
