@@ -16,6 +16,11 @@ that failed validation. The configs compared are the rendered ones, references
 included; a changed secret (same reference, new file content) counts as a
 change of its key: the config is PUT again and the connector and its tasks
 restarted, so they resolve the new value.
+
+Every config carries this deployment's name (``connectors.owned``), so that
+``--prune`` (``connectors.remove.prune``) later knows the connectors apply
+made from those it did not. A connector registered before that key existed
+gets it, once, as a change like any other.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from cdcsync.config import Config, SourceConfig, TableRef
 from cdcsync.connectors import partitions, restore, signals, source_setup
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.connectors.offsets import create
+from cdcsync.connectors.owned import deployment_id
 from cdcsync.connectors.preflight import run_preflight
 from cdcsync.connectors.render import properties_text, redact, render, secret_properties, secrets_file
 from cdcsync.connectors.topics import ensure_topics, topic_specs
@@ -71,7 +77,8 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
     sources = select(config, names)
     if not sources:
         raise ConfigError(["sources: nothing to apply; declare at least one source"])
-    rendered = {s.name: render(s, config) for s in sources}
+    deployment = deployment_id(config)
+    rendered = {s.name: render(s, config, deployment=deployment) for s in sources}
     secrets = {s.name: secret_properties(s, config) for s in sources}
 
     problems = run_preflight(config, client, sources)
@@ -94,7 +101,7 @@ def apply(config: Config, names: list[str] | None = None, client: ConnectClient 
             if secrets[source.name]:
                 text = properties_text(secrets[source.name])
                 write_private(secrets_file(source, config, pending=True), text, to_dir_owner=True)
-            pending = render(source, config, pending=True)
+            pending = render(source, config, pending=True, deployment=deployment)
             for key, errors in client.validate(pending["connector.class"], {**pending, "name": source.name}).items():
                 invalid.append(f"connector {source.name}: {key}: {'; '.join(errors)}")
     except BaseException:

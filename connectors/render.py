@@ -14,6 +14,11 @@ Kafka's ``FileConfigProvider`` resolves inside the worker when the connector
 starts and when Connect validates it. ``secret_properties`` is that file's
 content, written by ``connectors.apply`` (mode 0600). A value that already is
 a reference (``${vault:...}``, ``${env:...}``) is left as the user wrote it.
+
+Every connector apply registers also carries ``cdcsync.deployment`` (``MARKER``),
+naming the deployment that made it (``connectors.owned``): how ``connectors apply
+--prune`` tells its own connectors from the others on a shared Connect. Connect
+keeps a key it does not know in the connector's config and Debezium ignores it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ CONNECTOR_CLASSES = {
     "mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
 }
 SECRET_KEYS = SECRET_KEY
+MARKER = "cdcsync.deployment"  # the deployment that registered the connector (connectors.owned)
 PROVIDER_REFERENCE = re.compile(r"^\$\{[a-z0-9_-]+:.*\}$", re.IGNORECASE)
 
 
@@ -75,10 +81,19 @@ def is_secret(key: str, value: str) -> bool:
     return bool(SECRET_KEY.search(key)) and bool(value) and not PROVIDER_REFERENCE.match(value)
 
 
-def render(source: SourceConfig, config: Config, pending: bool = False) -> dict[str, str]:
-    """The connector config Connect receives: every secret a ``${file:...}`` reference (module docstring)."""
+def render(
+    source: SourceConfig, config: Config, pending: bool = False, deployment: str | None = None
+) -> dict[str, str]:
+    """The connector config Connect receives: every secret a ``${file:...}`` reference (module docstring).
+
+    ``deployment`` (``connectors.owned.deployment_id``) is set as ``MARKER``, after the source's own
+    ``debezium:`` keys: a config cannot claim another deployment's connector.
+    """
     ref = secrets_file_in_connect(source, config, pending)
-    return {k: (f"${{file:{ref}:{k}}}" if is_secret(k, v) else v) for k, v in _render_clear(source, config).items()}
+    rendered = {k: (f"${{file:{ref}:{k}}}" if is_secret(k, v) else v) for k, v in _render_clear(source, config).items()}
+    if deployment is not None:
+        rendered[MARKER] = deployment
+    return rendered
 
 
 def secret_properties(source: SourceConfig, config: Config) -> dict[str, str]:
@@ -89,6 +104,44 @@ def secret_properties(source: SourceConfig, config: Config) -> dict[str, str]:
 def properties_text(values: dict[str, str]) -> str:
     """``values`` in Java ``.properties`` syntax, escaped so ``Properties.load`` reads back exactly them."""
     return "".join(f"{_escape(k, key=True)}={_escape(v)}\n" for k, v in sorted(values.items()))
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """What ``properties_text`` wrote, read back: one ``key=value`` a line, ``#``/``!`` comments skipped.
+
+    Enough of ``java.util.Properties.load`` for the files cdcsync writes (no continuation lines).
+    """
+    values = {}
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        key: list[str] = []
+        value: list[str] = []
+        in_key, i = True, 0
+        while i < len(stripped):
+            char = stripped[i]
+            if char == "\\" and i + 1 < len(stripped):
+                nxt = stripped[i + 1]
+                if nxt == "u" and i + 5 < len(stripped):
+                    char, i = chr(int(stripped[i + 2 : i + 6], 16)), i + 4
+                else:
+                    char = {"n": "\n", "r": "\r", "t": "\t", "f": "\f"}.get(nxt, nxt)
+                i += 2
+                (key if in_key else value).append(char)
+                continue
+            if in_key and char in "=:":
+                in_key = False
+            else:
+                (key if in_key else value).append(char)
+            i += 1
+        # \uXXXX escapes are UTF-16 code units: a character past U+FFFF arrives as a surrogate pair.
+        values[_utf16("".join(key))] = _utf16("".join(value))
+    return values
+
+
+def _utf16(text: str) -> str:
+    return text.encode("utf-16", "surrogatepass").decode("utf-16")
 
 
 def _escape(text: str, key: bool = False) -> str:
