@@ -78,7 +78,13 @@ SCHEMA_CHANGES = Counter(
 REINDEX_NEEDED = Gauge(
     "cdcsync_rebuild_needed",
     "1 while a table's rows differ from the source in a way no change event will fix (a RENAME COLUMN, a column "
-    "added with a DEFAULT): run `cdcsync reindex FOLLOWER --table TABLE --from source`",
+    "added with a DEFAULT): run `cdcsync reindex FOLLOWER --table TABLE --from source`; or while its Elasticsearch "
+    "index has configured settings only a new index takes: `cdcsync reindex FOLLOWER --table TABLE`",
+    ["follower", "table"],
+)
+MARKERS_PURGED = Counter(
+    "cdcsync_delete_markers_purged_total",
+    "Delete markers removed from a store once older than the source's compaction horizon (no replay needs them)",
     ["follower", "table"],
 )
 SINK_RETRIES = Counter(

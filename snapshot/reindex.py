@@ -256,8 +256,9 @@ def _run(
     summary.offsets = {"filled_to": offsets_json(e1), "staged_to": offsets_json(e1b), "caught_up_to": offsets_json(e2)}
     if table is None:
         record_reindexed(config, cfg.name, summary.offsets["caught_up_to"])
-    if origin == "source":  # rows in their old shape are read anew: nothing left to rebuild for these tables
-        reindex_needed.clear(config, cfg.name, None if table is None else [m.table for m in mappings.values()])
+    # From the source, rows in their old shape are read anew: nothing left to rebuild for these tables. From either,
+    # the new indexes have the configured settings (an entry of origin "topics").
+    reindex_needed.clear(config, cfg.name, None if table is None else [m.table for m in mappings.values()], origin)
     reindex_needed.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
     _record(config, cfg.name, record, "done", caught_up_to=summary.offsets["caught_up_to"])
     summary.seconds = round(time.monotonic() - started, 2)

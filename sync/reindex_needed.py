@@ -9,14 +9,18 @@ source fills them, the log says nothing); and a column whose type changed
 into another kind (int -> text: the running daemon checks the catalog every
 ``KIND_CHECK_S``, ``check_kinds``, since change events show no type). The topics hold the old shape too,
 so only a reindex that reads the source makes them right: ``cdcsync reindex FOLLOWER
---table TABLE --from source``.
+--table TABLE --from source``. And an Elasticsearch index whose configured settings
+only a new index takes (shards, analysis, a field's changed mapping:
+``sync.sinks.elasticsearch_index``): its rows are right, the topics hold them, so
+a reindex from the topics is enough (an entry's ``origin``: "topics"; one from
+the source does it too, and an entry that needs the source is never downgraded).
 
 The follower (on the driver) records each such table in
 ``<state>/rebuild/<follower>.json`` (``mark``; a stored path, named before this module), logs it as an error with the
 command, and sets ``cdcsync_rebuild_needed{follower,table}``; the daemon sets
 the gauge again from the record when it starts the follower. ``status`` and
 ``verify`` print ``lines``. A reindex ``--from source`` that covers the table
-clears it (``clear``).
+clears it (``clear``); any reindex clears the entries a reindex from the topics fixes.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def state_file(base: Path, follower: str) -> Path:
 
 
 def needed(config: Config, follower: str) -> dict[str, dict[str, Any]]:
-    """The follower's tables that need a reindex from the source: table -> {reason, since}."""
+    """The follower's tables that need a reindex: table -> {reason, since, origin} (no origin: "source")."""
     path = state_file(base_dir(config), follower)
     if not path.exists():
         return {}
@@ -57,17 +61,28 @@ def needed(config: Config, follower: str) -> dict[str, dict[str, Any]]:
     return tables
 
 
-def command(follower: str, table: str) -> str:
-    return f"cdcsync reindex {follower} --table {table} --from source"
+def command(follower: str, table: str, origin: str = "source") -> str:
+    return f"cdcsync reindex {follower} --table {table}" + (" --from source" if origin == "source" else "")
 
 
-def mark(config: Config, follower: str, table: str, reason: str) -> None:
-    """Record that ``table`` of ``follower`` needs a reindex from the source, and say so loudly."""
+def mark(config: Config, follower: str, table: str, reason: str, origin: str = "source") -> None:
+    """Record that ``table`` of ``follower`` needs a reindex (from the source by default), and say so loudly."""
+    record(config, follower, table, reason, origin)
+    log.error("follower=%s table=%s reindex_needed: %s; run `%s`", follower, table, reason,
+              command(follower, table, origin))  # fmt: skip
+
+
+def record(config: Config, follower: str, table: str, reason: str, origin: str = "source") -> None:
+    """``mark`` without the log line, for a caller that says it itself; an entry that needs the source stays."""
     tables = needed(config, follower)
-    tables[table] = {"reason": reason, "since": time.time()}
-    _write(config, follower, tables)
+    held = tables.get(table)
+    if origin == "topics" and held is not None and held.get("origin", "source") == "source":
+        metrics.REINDEX_NEEDED.labels(follower, table).set(1)  # its reindex from the source rebuilds the index too
+        return
+    if held is None or (held["reason"], held.get("origin", "source")) != (reason, origin):
+        tables[table] = {"reason": reason, "since": time.time(), "origin": origin}
+        _write(config, follower, tables)
     metrics.REINDEX_NEEDED.labels(follower, table).set(1)
-    log.error("follower=%s table=%s reindex_needed: %s; run `%s`", follower, table, reason, command(follower, table))
 
 
 def check_kinds(config: Config, follower: Follower) -> None:
@@ -91,10 +106,15 @@ def check_kinds(config: Config, follower: Follower) -> None:
             )
 
 
-def clear(config: Config, follower: str, tables: Iterable[str] | None = None) -> None:
-    """A reindex from the source covered ``tables`` (None: every table of the follower)."""
+def clear(config: Config, follower: str, tables: Iterable[str] | None = None, origin: str = "source") -> None:
+    """A reindex from ``origin`` covered ``tables`` (None: every table of the follower).
+
+    From the topics, only the entries a reindex from the topics fixes go (``origin`` "topics").
+    """
     recorded = needed(config, follower)
     done = set(recorded) if tables is None else set(tables) & set(recorded)
+    if origin != "source":
+        done = {table for table in done if recorded[table].get("origin", "source") == origin}
     for table in done:
         del recorded[table]
         metrics.REINDEX_NEEDED.labels(follower, table).set(0)
@@ -111,8 +131,9 @@ def export(config: Config, follower: str) -> None:
 def lines(config: Config, follower: str) -> list[str]:
     """One line per table to reindex, with the reason and the command (status, verify)."""
     return [
-        f"follower {follower}: table {table} needs a reindex from the source ({entry['reason']}): "
-        f"run `{command(follower, table)}`"
+        f"follower {follower}: table {table} needs a reindex"
+        f"{' from the source' if entry.get('origin', 'source') == 'source' else ''} ({entry['reason']}): "
+        f"run `{command(follower, table, entry.get('origin', 'source'))}`"
         for table, entry in sorted(needed(config, follower).items())
     ]
 

@@ -8,9 +8,12 @@ must uphold, on its own server and for every key:
   version the store holds for that key (a live row's or a delete marker's).
   The same version again is a no-op; a lower one is skipped and counted as
   ``older``. At-least-once delivery + this rule = effectively once.
-- **Deletes leave a marker** holding the delete's version, kept until the
-  store is rebuilt (reindex): a replayed older write must not resurrect the
-  row, however late it comes. Readers never see markers.
+- **Deletes leave a marker** holding the delete's version, kept at least as
+  long as a replay can still bring an older write of the key (the source's
+  compaction horizon; until the store is rebuilt, for a sink that cannot purge
+  them): a replayed older write must not resurrect the row. Readers never see
+  markers. A sink class that can remove the older ones has
+  ``purge_markers(target, horizon_s)`` (``sync.marker_purge``).
 - **Idempotent batches**: ``write`` may be called again with the same batch
   after a crash; the result on the store is the same.
 - **One bad row never stops the batch**: a row the server rejects for a

@@ -4,9 +4,11 @@ The registry below maps a follower's ``kind`` to its class, imported when first
 asked for. Each class says what the rest of cdcsync needs to know of its kind:
 ``order_free`` (its apply rule does not depend on the order of writes, so the
 executors and several processes may write at once), ``needs_spark``,
-``from_config`` (the sink a follower's config describes) and ``probe`` (does
-its server answer, for ``cdcsync status``). Nothing outside this package asks
-which kind a follower is; adding a store is a module here and a line below.
+``from_config`` (the sink a follower's config describes), ``probe`` (does
+its server answer, for ``cdcsync status``) and, if it can drop delete markers
+no replay needs any more, ``purge_markers`` (``sync.marker_purge``). Nothing
+outside this package asks which kind a follower is; adding a store is a module
+here and a line below.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ def build_sink(config: Config, follower: FollowerConfig, spark: SparkSession | N
 
 def needs_spark(follower: FollowerConfig) -> bool:
     return sink_class(follower).needs_spark
+
+
+def purges_markers(follower: FollowerConfig) -> bool:
+    """Whether the follower's sink can remove delete markers past the compaction horizon (``purge_markers``)."""
+    return hasattr(sink_class(follower), "purge_markers")
 
 
 def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:

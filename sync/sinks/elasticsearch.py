@@ -2,16 +2,19 @@
 
 Layout per target ``T`` (``P`` is the sink's ``index_prefix``):
 
-- a generation, the index ``PT-000001`` (1 shard, 0 replicas, plus ``index_settings``)
-  mapped explicitly for the columns whose type the mapping knows, dynamically
-  for the rest, plus ``cdcsync_version`` (long) and ``cdcsync_deleted`` (boolean);
+- a generation, the index ``PT-000001`` with the target's index settings (the
+  follower's ``index:`` and its table's; 1 shard and 0 replicas unless set:
+  ``elasticsearch_index``) mapped explicitly for the columns whose type the
+  mapping knows (or as ``index.mappings`` says), dynamically for the rest,
+  plus ``cdcsync_version`` (long), ``cdcsync_deleted`` (boolean) and
+  ``cdcsync_deleted_at`` (date);
 - an alias ``PT``, its write index, filtered to hide delete markers. Writes and
   readers use the alias, so a reindex can build ``-000002`` and swap it atomically.
 
 Generations (``stage``/``publish``): ``stage`` deletes every ``PT-NNNNNN``
 the alias does not point to (an earlier stage never published) and creates
-the next number, same settings and mappings, without the alias: readers
-cannot see it, and this sink instance writes and reads it by its concrete
+the next number, with the settings and mappings configured now, without the
+alias: readers cannot see it, and this sink instance writes and reads it by its concrete
 name. Nobody searches it, so it is filled the way a bulk load is: with
 ``refresh_interval: -1`` (no refresh, no segment per second to merge later).
 ``publish`` puts the index's own ``refresh_interval`` back and reads it back
@@ -29,13 +32,15 @@ Guarantees (``cdcsync.sync.sink``):
   ``version_type=external``; Elasticsearch itself refuses (409) a version
   lower than or equal to the stored one, counted as ``older``.
 - **Deletes are marker documents**, ``{cdcsync_deleted: true,
-  cdcsync_version: v}`` indexed with the delete's version, not ES deletes: ES
-  forgets a deleted document's version after ``index.gc_deletes`` (60 s) and a
-  replayed older write would then resurrect the row. A marker keeps its
-  version for as long as the index lives (a reindex, built from a bootstrap,
-  drops them). The alias filter hides markers from search, count and point in
-  time; it does **not** apply to GET/mget by id, so a reader fetching by id
-  must check ``cdcsync_deleted``.
+  cdcsync_version: v, cdcsync_deleted_at: t}`` indexed with the delete's
+  version, not ES deletes: ES forgets a deleted document's version after
+  ``index.gc_deletes`` (60 s) and a replayed older write would then resurrect
+  the row. A marker keeps its version until it is older than the source's
+  compaction horizon; then the daemon purges it (``purge_markers``;
+  ``elasticsearch_markers`` says why no replay can need it any more). A
+  reindex, built from a bootstrap, drops them. The alias filter hides markers
+  from search, count and point in time; it does **not** apply to GET/mget by
+  id, so a reader fetching by id must check ``cdcsync_deleted``.
 - **Errors** (``elasticsearch_errors.classify_item``; the sink contract's rule: only an error
   about that one document rejects it, every other one stops the batch):
 
@@ -100,15 +105,16 @@ from cdcsync.sync.sinks.elasticsearch_errors import (
     error_type,
     reason,
 )
-from cdcsync.sync.sinks.elasticsearch_fields import DECIMAL_FIELD, JSON_FIELD, properties
+from cdcsync.sync.sinks.elasticsearch_fields import properties
+from cdcsync.sync.sinks.elasticsearch_index import Drift, IndexSpecs, bring_live, drift_recorder, report
+from cdcsync.sync.sinks.elasticsearch_markers import DELETED_AT_FIELD, DELETED_AT_MAPPING, DELETED_FIELD, Purged, purge
 
 log = logging.getLogger(__name__)
 
 VERSION_FIELD = "cdcsync_version"
-DELETED_FIELD = "cdcsync_deleted"
+OWN_FIELDS = (VERSION_FIELD, DELETED_FIELD, DELETED_AT_FIELD)  # cdcsync.config.INDEX_OWN_FIELDS
 FIRST_GENERATION = "000001"
 CHUNK_ROWS = 1000
-REFRESH_KEYS = ("refresh_interval", "index.refresh_interval")  # how index_settings may name it
 CHUNK_BYTES = 8 * 1024 * 1024  # far below http.max_content_length (100 MB): bounded memory on both ends
 PAGE = 1000
 SCAN_BYTES = 8 * 1024 * 1024  # a scan page's documents, about, past its first
@@ -153,6 +159,8 @@ class ElasticsearchSink:
             follower.url or "",
             index_prefix=follower.prefix,
             refresh_each_batch=follower.refresh_each_batch,
+            indexes=IndexSpecs.of_config(config, follower),
+            on_drift=drift_recorder(config, follower),
             **client_options(follower),
         )
 
@@ -174,6 +182,8 @@ class ElasticsearchSink:
         index_prefix: str = "",
         *,
         index_settings: Mapping[str, Any] | None = None,
+        indexes: IndexSpecs | None = None,
+        on_drift: Drift | None = None,
         basic_auth: tuple[str, str] | None = None,
         api_key: str | None = None,
         ca_certs: str | None = None,
@@ -183,7 +193,9 @@ class ElasticsearchSink:
         self.refresh_each_batch = refresh_each_batch
         self.url = redact_url(url)
         self.index_prefix = index_prefix
-        self.index_settings = dict(index_settings or {})
+        # Each target's index settings; ``index_settings``: the same free-form ones for all (no config at hand).
+        self.indexes = indexes or IndexSpecs.of_settings(index_settings)
+        self.on_drift = on_drift  # told what only a new index takes, per target, at each open (elasticsearch_index)
         # Credentials go in headers, never in the URL the client names in its errors; unset ones are not passed.
         auth: dict[str, Any] = {"basic_auth": basic_auth, "api_key": api_key, "ca_certs": ca_certs}
         # The client retries a timed-out bulk itself: safe, every action is idempotent.
@@ -207,13 +219,16 @@ class ElasticsearchSink:
 
     def learn(self, mapping: TableMapping) -> None:
         """Put the new fields' explicit mapping before documents bring them (dynamic mapping would guess)."""
-        self.open([mapping])
+        for target, props in self._targets([mapping]).items():
+            with self._errors(f"open {self.alias(target)}"):
+                self._ensure(target, props, check=False)
 
     def open(self, mappings: Sequence[TableMapping]) -> None:
-        """Create each target's index and alias if missing; add newly typed fields to existing ones."""
+        """Create each target's index and alias if missing; bring existing ones to the fields and settings
+        configured where they can be, and report what only a new index takes (``elasticsearch_index``)."""
         for target, props in self._targets(mappings).items():
             with self._errors(f"open {self.alias(target)}"):
-                self._ensure(target, props)
+                self._ensure(target, props, check=True)
 
     def _targets(self, mappings: Sequence[TableMapping]) -> dict[str, dict[str, Any]]:
         properties: dict[str, dict[str, Any]] = defaultdict(dict)
@@ -223,17 +238,18 @@ class ElasticsearchSink:
 
     @staticmethod
     def _properties(mapping: TableMapping) -> dict[str, Any]:
-        return properties(mapping, {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}})
+        own = {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}}
+        return properties(mapping, {**own, DELETED_AT_FIELD: DELETED_AT_MAPPING})
 
-    def _ensure(self, target: str, props: dict[str, Any]) -> None:
-        alias, indices = self.alias(target), self._client.indices
+    def _ensure(self, target: str, props: dict[str, Any], check: bool) -> None:
+        """The target's live index and alias as configured; ``check``: its settings too, drift reported."""
+        alias, indices, spec = self.alias(target), self._client.indices, self.indexes.of(target)
         index = f"{alias}-{FIRST_GENERATION}"
         alias_body = {"is_write_index": True, "filter": HIDE_MARKERS}
         for _attempt in range(2):  # a second pass only after losing a creation race
             if indices.exists_alias(name=alias):
-                props = self._keep_legacy_fields(alias, props)
                 try:  # additive; a changed type is a 400, and only a reindex can apply it
-                    indices.put_mapping(index=alias, properties=props)
+                    needs = bring_live(self._client, self.name, alias, props, spec, check)
                 except ApiError as err:
                     if err.meta.status != 400:
                         raise
@@ -241,6 +257,8 @@ class ElasticsearchSink:
                         f"index {alias}: mapping no longer fits the table ({err}; a source column changed type?); "
                         f"run `cdcsync reindex {self.name} --table {target} --from source`"
                     ) from None
+                if check:
+                    report(self.name, alias, target, needs, self.on_drift)
                 return
             if indices.exists(index=alias):
                 raise FatalError(f"{alias} is a concrete index, not an alias (auto-created?); delete it and reopen")
@@ -248,41 +266,13 @@ class ElasticsearchSink:
                 if indices.exists(index=index):
                     indices.update_aliases(actions=[{"add": {"index": index, "alias": alias, **alias_body}}])
                 else:
-                    self._create(index, props, aliases={alias: alias_body})
+                    self._create(index, target, props, aliases={alias: alias_body})
+                    if check and self.on_drift is not None:
+                        self.on_drift(target, None)
                 return
             except ApiError as err:
                 if error_type(err.body) != "resource_already_exists_exception":
                     raise
-
-    def _keep_legacy_fields(self, alias: str, props: dict[str, Any]) -> dict[str, Any]:
-        """Leave fields an index of an earlier cdcsync mapped otherwise as they are, and say how to upgrade.
-
-        Decimals mapped ``keyword`` still hold the exact digits, and readers' term queries work; json columns
-        mapped as a dynamic object still take rows of the first row's shape. A mapping can change neither in
-        place, so only a reindex (a new generation, mapped as today) does.
-        """
-        held: dict[str, Any] = {}
-        for index in self._client.indices.get_mapping(index=alias).values():
-            held.update(index.get("mappings", {}).get("properties", {}))
-        decimals = [f for f, m in props.items() if m == DECIMAL_FIELD and held.get(f, {}).get("type") == "keyword"]
-        if decimals:
-            log.warning(
-                "index=%s decimal fields %s are keyword (mapped by an earlier cdcsync): exact, but no range "
-                "query or numeric sort; `cdcsync reindex %s` rebuilds them as numbers",
-                alias,
-                decimals,
-                self.name,
-            )
-        objects = [f for f, m in props.items() if m == JSON_FIELD and f in held and held[f].get("enabled", True)]
-        if objects:
-            log.warning(
-                "index=%s json fields %s are dynamic objects (mapped by an earlier cdcsync): a row whose value has "
-                "another shape is dead-lettered; `cdcsync reindex %s` maps them to take any JSON value",
-                alias,
-                objects,
-                self.name,
-            )
-        return {f: m for f, m in props.items() if f not in decimals and f not in objects}
 
     def settle(self) -> None:
         """Nothing deferred: ``forget`` removes the fields at once."""
@@ -343,17 +333,21 @@ class ElasticsearchSink:
         log.info("index=%s dropped_fields=%s documents=%d", index, list(fields), removed)
 
     def _create(
-        self, index: str, props: dict[str, Any], aliases: dict[str, Any] | None = None, *, fill: bool = False
+        self,
+        index: str,
+        target: str,
+        props: dict[str, Any],
+        aliases: dict[str, Any] | None = None,
+        *,
+        fill: bool = False,
     ) -> None:
-        settings = {"number_of_shards": 1, "number_of_replicas": 0, **self.index_settings}
-        if fill:  # a staged index: nobody searches it until publish (module docstring)
-            settings = {k: v for k, v in settings.items() if k not in REFRESH_KEYS} | {"refresh_interval": "-1"}
+        spec = self.indexes.of(target)
         self._client.indices.create(
             index=index,
-            settings=settings,
+            settings=spec.create_settings(fill),  # fill: a staged index, nobody searches it until publish
             # date_detection off: an untyped text column whose first value looks like a date
             # would be mapped `date` and every later non-date value rejected.
-            mappings={"dynamic": True, "date_detection": False, "properties": props},
+            mappings={"dynamic": True, "date_detection": False, "properties": {**props, **spec.properties}},
             aliases=aliases,
         )
 
@@ -377,7 +371,7 @@ class ElasticsearchSink:
         for leftover in sorted(set(generations) - set(live)):  # an earlier stage that was never published
             self._client.indices.delete(index=leftover)
         index = f"{alias}-{max(generations.values(), default=0) + 1:06d}"
-        self._create(index, props, fill=True)
+        self._create(index, target, props, fill=True)
         return index
 
     def _generations(self, alias: str) -> dict[str, int]:
@@ -400,9 +394,9 @@ class ElasticsearchSink:
         staged = dict(self.generations.items())
         if not staged:
             return
-        for generation in staged.values():
+        for target, generation in staged.items():
             with self._errors(f"publish {generation}"):
-                self._ready(generation)
+                self._ready(target, generation)
         actions: list[dict[str, Any]] = []
         old: list[str] = []
         for target, generation in staged.items():
@@ -423,15 +417,21 @@ class ElasticsearchSink:
                 with self._errors(f"dropping {chunk}"):
                     self._client.indices.delete(index=chunk)
 
-    def _ready(self, index: str) -> None:
+    def _ready(self, target: str, index: str) -> None:
         """Put a staged index's own refresh interval back, check it, and refresh it (module docstring)."""
-        wanted = next((str(self.index_settings[k]) for k in REFRESH_KEYS if k in self.index_settings), None)
+        wanted = self.indexes.of(target).refresh_interval
         self._client.indices.put_settings(index=index, settings={"index": {"refresh_interval": wanted}})
         now = self._client.indices.get_settings(index=index, name="index.refresh_interval", flat_settings=True)
         found = now.get(index, {}).get("settings", {}).get("index.refresh_interval")  # none listed: the default
         if found != wanted:  # None on both sides: the server's default
             raise RetryableError(f"{index}: refresh_interval is {found!r} after restoring it to {wanted!r}")
         self._client.indices.refresh(index=index)
+
+    def purge_markers(self, target: str, horizon_s: float, now: float | None = None) -> Purged:
+        """Remove the live index's delete markers written more than ``horizon_s`` ago (``elasticsearch_markers``)."""
+        alias = self.alias(target)
+        with self._errors(f"purge delete markers of {alias}"):
+            return purge(self._client, self._behind(alias), horizon_s, time.time() if now is None else now)
 
     # ------------------------------------------------------------------ write
 
@@ -440,9 +440,10 @@ class ElasticsearchSink:
         result = WriteResult()
         chunk: list[tuple[Row, bytes, bytes]] = []
         size = 0
+        marked_at = int(time.time() * 1000)  # a delete marker's time: the purge keeps it a compaction horizon
         for row in rows:
             try:
-                action, source = self._encode(row)
+                action, source = self._encode(row, marked_at)
             except (TypeError, ValueError) as err:  # NaN, a lone surrogate, a reserved field name
                 result.rejected.append((row, f"cannot be sent to elasticsearch: {err}"))
                 continue
@@ -455,7 +456,7 @@ class ElasticsearchSink:
             result = result.merge(self._bulk(chunk))
         return result  # the follower logs the batch's counts
 
-    def _encode(self, row: Row) -> tuple[bytes, bytes]:
+    def _encode(self, row: Row, marked_at: int) -> tuple[bytes, bytes]:
         # require_alias: if the alias vanished, fail instead of auto-creating an unmapped index.
         # A staged index is written by its concrete name; it exists, stage() created it.
         id_bytes = len(row.doc_id.encode())  # a lone surrogate raises here too (UnicodeEncodeError)
@@ -468,11 +469,11 @@ class ElasticsearchSink:
         }
         action = {"index": {**ident, "version": row.version, "version_type": "external"}}
         if row.doc is None:
-            source: dict[str, Any] = {DELETED_FIELD: True, VERSION_FIELD: row.version}
+            source: dict[str, Any] = {DELETED_FIELD: True, VERSION_FIELD: row.version, DELETED_AT_FIELD: marked_at}
         else:
             source = self.stored_form(row.doc)
-            if VERSION_FIELD in source or DELETED_FIELD in source:
-                raise ValueError(f"fields {VERSION_FIELD} and {DELETED_FIELD} are reserved for cdcsync")
+            if VERSION_FIELD in source or DELETED_FIELD in source or DELETED_AT_FIELD in source:
+                raise ValueError(f"fields {', '.join(OWN_FIELDS)} are reserved for cdcsync")
             if any(isinstance(v, float) and not math.isfinite(v) for v in source.values()):
                 raise ValueError("NaN and Infinity have no JSON form")  # orjson would write null
             source[VERSION_FIELD], source[DELETED_FIELD] = row.version, False
