@@ -23,7 +23,7 @@ fingerprint of both (the java binary and its release file, pyspark's jars and
 the connector jars: names, sizes, times), so a JDK, pyspark or jar upgrade
 looks for a new one and runs without until ``build`` makes it; the JVM also
 checks and, on a mismatch, starts as it would without (its CDS messages are
-off, so that costs time, not noise). ``CDCSYNC_SPARK_CLASS_ARCHIVE=on`` or
+off, so that costs time, not noise). ``spark.class_archive`` ``on`` or
 ``off``: every command with or without it. docs/performance.md ("Spark's
 classes from an archive").
 """

@@ -35,44 +35,24 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
+from cdcsync.config_base import MASK, NAME_PATTERN, PROPERTY_KEY, SECRET_KEY, Properties
+from cdcsync.config_base import Strict as _Strict
+from cdcsync.config_index import IndexSettings
+from cdcsync.config_runtime import DeltaSettings, MetricsSettings, SparkSettings
+from cdcsync.config_source import SourceConfig, TableRef
 from cdcsync.errors import ConfigError
-from cdcsync.names import default_target, topic_name
-
-ENV_PREFIX = "CDCSYNC_"
-NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
-# A property whose name says it holds a credential: masked wherever it is shown, sent to Connect by reference.
-SECRET_KEY = re.compile(r"password|passwd|secret|token|api[._-]?key|credential|jaas|user\.info|private", re.IGNORECASE)
-MASK = "**********"  # what SecretStr shows
-PROPERTY_KEY = r"^[a-z][a-z0-9._-]*$"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+from cdcsync.names import default_target
 
 # librdkafka (2.5 on) pushes client metrics to a broker that asks for them (KIP-714), and closing a client then waits
 # up to a second for its last push: 14 of 40 short-lived consumers took 1.0 s to close against the local broker, and
 # every bootstrap, reindex, `cdcsync lag` and `status` closes a few. cdcsync's metrics are its own (/metrics), so its
 # clients push none; `kafka.properties` can turn it back on (docs/performance.md, "Kafka clients: no metrics push").
 CLIENT_DEFAULTS = {"enable.metrics.push": "false"}
-
-
-def property_text(value: Any) -> Any:
-    """A YAML number or boolean as a Java or librdkafka property takes it (``10240``, ``true``); the rest as is."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return value
-
-
-# Property maps handed to Debezium, Kafka Connect and Kafka clients: every value is text to them.
-Properties = dict[str, Annotated[str, BeforeValidator(property_text)]]
 
 
 class KafkaSettings(_Strict):
@@ -121,142 +101,6 @@ class ConnectSettings(_Strict):
     )
 
 
-class TableRef(_Strict):
-    """A captured table: ``namespace`` is the Postgres schema or the MariaDB database.
-
-    Any name the database accepts (spaces, dots, unicode, reserved words, mixed case): the short form
-    ``namespace.table`` in a config is for plain names; others are written ``{namespace: ..., table: ...}``.
-    """
-
-    namespace: str = Field(min_length=1, description="the Postgres schema or the MariaDB database")
-    table: str = Field(min_length=1, description="the table's name, as the database spells it")
-
-    def __str__(self) -> str:
-        return f"{self.namespace}.{self.table}"
-
-
-class SourceConfig(_Strict):
-    """A database captured by one Debezium connector into one compacted topic per table."""
-
-    name: str = Field(pattern=NAME_PATTERN, description="connector name and topic prefix")
-    kind: Literal["postgres", "mariadb"] = Field(description="the database: Postgres, or MariaDB (MySQL is refused)")
-    host: str = Field("127.0.0.1", description="the database server's host, as cdcsync and Kafka Connect reach it")
-    port: int = Field(ge=1, le=65535, description="its port")
-    database: str = Field(description="the database to connect to (postgres: the one whose tables are captured)")
-    user: str = Field(description="a user with replication rights (docs/capture.md)")
-    password: SecretStr = Field(description="secret: never printed; or CDCSYNC_SOURCE_<NAME>_PASSWORD")
-    tables: list[TableRef] = Field(
-        min_length=1,
-        description="tables to capture: `namespace.table`, `table` (postgres: schema public; mariadb: `database`), "
-        "or {namespace: ..., table: ...} for a name with spaces, dots or other characters",
-    )
-    slot: str | None = Field(None, pattern=NAME_PATTERN, description="postgres replication slot")
-    publication: str | None = Field(None, pattern=NAME_PATTERN, description="postgres publication")
-    server_id: int | None = Field(None, ge=1, le=2**32 - 1, description="mariadb replica server id")
-    topic_partitions: int = Field(1, ge=1, description="partitions of each table topic cdcsync creates")
-    heartbeat_interval_ms: int = Field(
-        5000, ge=100, description="Debezium's heartbeat: how often capture shows it is alive when no table changes"
-    )
-    compaction_horizon_s: int = Field(
-        7 * 24 * 3600,
-        ge=10,
-        description="how long a change stays in its table topic before compaction may remove it (docs/compaction.md)",
-    )
-    snapshot_mode: str = Field(
-        "initial", description="Debezium's snapshot.mode: initial (the tables' rows first), no_data, when_needed, ..."
-    )
-    set_replica_identity: bool = Field(
-        True,
-        description="postgres: connectors apply sets REPLICA IDENTITY FULL on captured tables (and their partitions) "
-        "that could send an unchanged large value as Debezium's placeholder; false: apply refuses them and names "
-        "the ALTER TABLE to run (connectors/source_setup.py)",
-    )
-    debezium: Properties = Field(default_factory=dict, description="extra Debezium properties")
-
-    @field_validator("kind", mode="before")
-    @classmethod
-    def _supported_kind(cls, value: Any) -> Any:
-        # Refused here, before anything is registered: MySQL GTIDs are server_uuid:N (the version of a
-        # change is built from MariaDB's domain-server-seq), and no MySQL server is tested on this stack.
-        if value == "mysql":
-            raise ValueError(
-                "kind mysql is not supported yet: cdcsync orders MySQL changes by no tested rule (its GTIDs are "
-                "server_uuid:N) and every event would be dead-lettered; for a MariaDB server use kind: mariadb"
-            )
-        return value
-
-    @field_validator("tables", mode="before")
-    @classmethod
-    def _parse_tables(cls, value: Any, info: Any) -> Any:
-        if not isinstance(value, list):
-            return value
-        default_ns = "public" if info.data.get("kind") == "postgres" else info.data.get("database")
-        parsed = []
-        for item in value:
-            if isinstance(item, str):
-                parts = item.split(".")
-                if len(parts) == 1 and default_ns:
-                    parts = [default_ns, parts[0]]
-                if len(parts) != 2 or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", p) for p in parts):
-                    raise ValueError(
-                        f"table {item!r} is not 'namespace.table' or 'table' of plain names; write a name with "
-                        "spaces, dots or other characters as {namespace: ..., table: ...}"
-                    )
-                parsed.append({"namespace": parts[0], "table": parts[1]})
-            else:
-                parsed.append(item)
-        return parsed
-
-    @model_validator(mode="after")
-    def _defaults_by_kind(self) -> SourceConfig:
-        if self.kind == "postgres":
-            object.__setattr__(self, "slot", self.slot or f"cdcsync_{self.name}")
-            object.__setattr__(self, "publication", self.publication or f"cdcsync_{self.name}")
-        elif self.server_id is None:
-            # A stable id per source name, away from the ids real replicas use.
-            object.__setattr__(self, "server_id", 5400 + sum(map(ord, self.name)) % 10000)
-        return self
-
-    @model_validator(mode="after")
-    def _one_topic_per_table(self) -> SourceConfig:
-        # Debezium writes characters Kafka refuses as '_': two such tables would share one topic.
-        seen: dict[str, TableRef] = {}
-        for table in self.tables:
-            topic = self.topic(table)
-            if topic in seen and seen[topic] != table:
-                raise ValueError(
-                    f"tables {str(seen[topic])!r} and {str(table)!r} would both be captured into topic {topic!r} "
-                    "(Debezium writes each character a Kafka topic name may not hold as '_'); capture one of them "
-                    "in a source of its own"
-                )
-            seen[topic] = table
-        return self
-
-    def topic(self, table: TableRef) -> str:
-        return topic_name(self.name, table.namespace, table.table)
-
-    @property
-    def signal_table(self) -> TableRef:
-        """Where capture takes signals (incremental snapshots of tables added later; connectors.signals).
-
-        One per source: a Postgres publication may only hold tables its user
-        owns, and each connector reads only its own signals and watermarks.
-        """
-        return TableRef(namespace=self.tables[0].namespace, table=f"cdcsync_signal_{self.name}"[:63])
-
-    @property
-    def heartbeat_topic(self) -> str:
-        return f"__debezium-heartbeat.{self.name}"
-
-    @property
-    def transaction_topic(self) -> str:
-        return f"{self.name}.transaction"
-
-    @property
-    def schema_history_topic(self) -> str:
-        return f"_cdcsync_schema_history.{self.name}"
-
-
 # A column's type in a mapping (sync/mapping.py says how each is converted); mappings[].types may set any.
 MappingType = Literal[
     "decimal",
@@ -293,6 +137,9 @@ class TableMappingConfig(_Strict):
     rename: dict[str, str] = Field(default_factory=dict, description="column -> its field name in the store")
     types: dict[str, MappingType] = Field(
         default_factory=dict, description="column -> its type, where the one read from the source is not wanted"
+    )
+    index: IndexSettings | None = Field(
+        None, description="elasticsearch: this table's index settings, key by key over the follower's `index`"
     )
 
 
@@ -361,6 +208,9 @@ class FollowerConfig(_Strict):
         True, description="elasticsearch: refresh the written indexes after each batch (false: refresh_interval)"
     )
     verify: VerifySettings = Field(VerifySettings(), description="the daemon's background verification")
+    index: IndexSettings | None = Field(
+        None, description="elasticsearch: the index settings of every table (a table's mappings.<table>.index wins)"
+    )
 
     @property
     def trigger_s(self) -> float:
@@ -430,9 +280,33 @@ class FollowerConfig(_Strict):
                 raise ValueError(f"tls_ca: no file {self.tls_ca}")
         return self
 
+    @model_validator(mode="after")
+    def _index_is_elasticsearchs(self) -> FollowerConfig:
+        if self.kind == "elasticsearch":
+            return self
+        given = (["index"] if self.index is not None else []) + [
+            f"mappings.'{table}'.index" for table, mapping in self.mappings.items() if mapping.index is not None
+        ]
+        if given:
+            raise ValueError(
+                f"follower {self.name}: {', '.join(given)}: index settings are for kind elasticsearch; a {self.kind} "
+                "follower takes none (remove them)"
+            )
+        return self
+
     def mapping_for(self, source: str, table: TableRef) -> TableMappingConfig | None:
         """The mapping a source's table takes: keyed by ``source.namespace.table``, else by ``namespace.table``."""
         return self.mappings.get(f"{source}.{table}") or self.mappings.get(str(table))
+
+    def target_for(self, source: str, table: TableRef) -> str:
+        """The store's name for a source's table: its mapping's ``target``, else one made from the table's name."""
+        mapping = self.mapping_for(source, table)
+        return mapping.target if mapping and mapping.target else default_target(table.table)
+
+    def index_for(self, source: str, table: TableRef) -> IndexSettings:
+        """The index settings a source's table takes (elasticsearch): the follower's, with its mapping's over them."""
+        mapping = self.mapping_for(source, table)
+        return (self.index or IndexSettings()).under(mapping.index if mapping else None)
 
     @property
     def dlq_topic(self) -> str:
@@ -444,6 +318,9 @@ class Config(_Strict):
 
     kafka: KafkaSettings = Field(KafkaSettings(), description="the Kafka cluster")
     connect: ConnectSettings = Field(ConnectSettings(), description="the Kafka Connect worker")
+    spark: SparkSettings = Field(SparkSettings(), description="the Spark session the followers run in")
+    delta: DeltaSettings = Field(DeltaSettings(), description="the warehouse's Delta tables")
+    metrics: MetricsSettings = Field(MetricsSettings(), description="the daemon's /metrics and /healthz")
     sources: list[SourceConfig] = Field(default_factory=list, description="the databases captured")
     followers: list[FollowerConfig] = Field(default_factory=list, description="the stores kept in sync")
     state_dir: str | None = Field(None, description="checkpoints and warehouse default under it")
@@ -515,6 +392,7 @@ class Config(_Strict):
         found: dict[tuple[str | int, ...], str] = {}
         for section, props in (("properties", self.kafka.properties), ("java_properties", self.kafka.java_properties)):
             found.update({("kafka", section, k): v for k, v in props.items() if SECRET_KEY.search(k)})
+        found.update({("spark", "conf", k): v for k, v in self.spark.conf.items() if SECRET_KEY.search(k)})
         for i, source in enumerate(self.sources):
             found["sources", i, "password"] = source.password.get_secret_value()
             found.update({("sources", i, "debezium", k): v for k, v in source.debezium.items() if SECRET_KEY.search(k)})

@@ -1,23 +1,13 @@
 """Reading the configuration: a YAML file, environment overrides, one error that lists every problem.
 
-Connection settings are overridden by environment variables, which win over the
-file (``<NAME>`` is the source's or follower's name in upper case):
-
-=============================================  ====================================================
-variable                                       sets
-=============================================  ====================================================
-``CDCSYNC_KAFKA_BOOTSTRAP_SERVERS``            ``kafka.bootstrap_servers``
-``CDCSYNC_KAFKA_PROPERTY_<KEY>``               ``kafka.properties`` (``_`` for ``.``:
-                                               ``..._SASL_PASSWORD`` sets ``sasl.password``)
-``CDCSYNC_KAFKA_JAVA_PROPERTY_<KEY>``          ``kafka.java_properties``, the same way
-``CDCSYNC_CONNECT_URL``                        ``connect.url``
-``CDCSYNC_CONNECT_SECRETS_DIR``                ``connect.secrets_dir``
-``CDCSYNC_SOURCE_<NAME>_<FIELD>``              ``HOST``, ``PORT``, ``DATABASE``, ``USER``, ``PASSWORD``
-``CDCSYNC_FOLLOWER_<NAME>_<FIELD>``            ``URL``, ``USERNAME``, ``PASSWORD``, ``API_KEY``, ``TLS_CA``
-=============================================  ====================================================
+Every setting can be overridden by an environment variable, which wins over
+the file: ``CDCSYNC_`` and the setting's path (``CDCSYNC_KAFKA_BOOTSTRAP_SERVERS``,
+``CDCSYNC_SOURCE_<NAME>_PASSWORD``, ``CDCSYNC_SPARK_CONF_<KEY>``), by the one
+rule of ``cdcsync.config_env``; docs/config.md lists them all.
 
 Every problem is reported with its field path, where the value came from and
-what would be valid (``ConfigError``), never with a secret's value.
+what would be valid (``ConfigError``), never with a secret's value. A
+``CDCSYNC_`` variable that sets nothing is a problem too.
 """
 
 from __future__ import annotations
@@ -31,12 +21,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cdcsync.config import ENV_PREFIX, MASK, SECRET_KEY, Config
+from cdcsync import config_env
+from cdcsync.config import MASK, SECRET_KEY, Config
+from cdcsync.config_base import ENV_PREFIX
 from cdcsync.errors import ConfigError
 
 DEFAULT_CONFIG = "cdcsync.yaml"
-SOURCE_ENV_FIELDS = ("host", "port", "database", "user", "password")
-FOLLOWER_ENV_FIELDS = ("url", "username", "password", "api_key", "tls_ca")
 URL_USERINFO = re.compile(r"(\w+://)([^/@\s:]*):[^/@\s]*@")
 
 
@@ -54,41 +44,9 @@ def _masked(value: Any) -> Any:
     return mask_text(value) if isinstance(value, str) else value
 
 
-def _apply_env(raw: dict[str, Any], env: Mapping[str, str], origin: dict[str, str]) -> None:
-    for section, key in (("kafka", "bootstrap_servers"), ("connect", "url"), ("connect", "secrets_dir")):
-        var = f"{ENV_PREFIX}{section.upper()}_{key.upper()}"
-        if var in env:
-            raw.setdefault(section, {})[key] = env[var]
-            origin[f"{section}.{key}"] = f"environment variable {var}"
-    for key, prefix in (("properties", "KAFKA_PROPERTY_"), ("java_properties", "KAFKA_JAVA_PROPERTY_")):
-        for var in sorted(v for v in env if v.startswith(ENV_PREFIX + prefix)):
-            prop = var[len(ENV_PREFIX + prefix) :].lower().replace("_", ".")
-            kafka = raw.setdefault("kafka", {})
-            if isinstance(kafka, dict):
-                kafka.setdefault(key, {})[prop] = env[var]
-                origin[f"kafka.{key}.{prop}"] = f"environment variable {var}"
-    named = (("followers", "FOLLOWER", FOLLOWER_ENV_FIELDS), ("sources", "SOURCE", SOURCE_ENV_FIELDS))
-    for section, kind, fields in named:
-        for index, entry in enumerate(raw.get(section) or []):
-            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                continue
-            for key in fields:
-                var = f"{ENV_PREFIX}{kind}_{entry['name'].upper()}_{key.upper()}"
-                if var in env:
-                    entry[key] = env[var]
-                    origin[f"{section}[{index}].{key}"] = f"environment variable {var}"
-
-
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
 
 
 def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
@@ -104,16 +62,31 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     if not isinstance(raw, dict):
         raise ConfigError([f"{file}: the top level must be a mapping with kafka, connect and sources"])
     origin: dict[str, str] = {}
-    _apply_env(raw, env, origin)
+    problems = config_env.apply(Config, raw, env, origin)
     try:
-        return Config.model_validate({**raw, "origin": origin})
+        config = Config.model_validate({**raw, "origin": origin})
     except ValidationError as err:
-        problems = []
         for e in err.errors():
-            where = _path(e["loc"])
+            where = config_env.path_text(tuple(e["loc"])) or "(top level)"
             source = origin.get(where, f"{file}")
             # A misspelt key may hold anything, a password included: its value is not shown either.
             hidden = e["type"] in ("missing", "extra_forbidden") or SECRET_KEY.search(where)
             value = "" if hidden else f" (got {_short(_masked(e['input']))})"
             problems.append(f"{where}: {mask_text(e['msg'])}{value} [from {source}]")
         raise ConfigError(problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def environment_config(env: Mapping[str, str] | None = None) -> Config:
+    """The config the environment alone gives (no file): for a Spark session made outside a command."""
+    raw: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    problems = config_env.apply(Config, raw, os.environ if env is None else env, origin, strict=False)
+    try:
+        if problems:
+            raise ConfigError(problems)
+        return Config.model_validate({**raw, "origin": origin})
+    except ValidationError as err:
+        raise ConfigError([f"{config_env.path_text(tuple(e['loc']))}: {e['msg']}" for e in err.errors()]) from None

@@ -21,7 +21,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from cdcsync.config import Config
-from cdcsync.config_file import FOLLOWER_ENV_FIELDS, SOURCE_ENV_FIELDS
+from cdcsync.config_env import NOT_SETTINGS, variables
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE, SCHEMA = ROOT / "docs" / "config.md", ROOT / "cdcsync.schema.json"
@@ -56,7 +56,7 @@ def reference() -> str:
                 continue
             out.append(f"| `{name}` | {type_text(field.annotation)} | {default_text(field)} | {meaning(field)} |")
         out.append("")
-    out.append(ENVIRONMENT)
+    out.append(environment())
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -135,22 +135,37 @@ def meaning(field: FieldInfo) -> str:
     return "; ".join(part for part in (text, ", ".join(limits)) if part)
 
 
-ENVIRONMENT = f"""## Environment overrides
+ENVIRONMENT_HEADER = """## Environment overrides
 
-These variables win over the file (`<NAME>` is the source's or follower's
-name in upper case; `cdcsync/config_file.py`):
+Every setting is also an environment variable, which wins over the file:
+`CDCSYNC_` and the setting's path in upper case (`cdcsync/config_env.py`).
+A source's or follower's names the entry (`<NAME>`: its `name` in upper
+case; the entry must be in the file). A property map's variable takes the
+key after it, `_` for `.` (`CDCSYNC_KAFKA_PROPERTY_SASL_PASSWORD` sets
+`kafka.properties.sasl.password`); a list or a map of objects takes YAML
+(`CDCSYNC_SOURCE_<NAME>_TABLES='[public.orders, public.customers]'`). A
+`CDCSYNC_` variable that sets nothing is a config error naming the closest
+one, so a misspelling is never ignored. `CDCSYNC_CONFIG` is the config
+file's path.
+
+Why this rule rather than pydantic-settings' environment source: that one
+reaches a list entry by its index (`CDCSYNC_SOURCES__0__PASSWORD`), which
+changes when a source is added above it, and it ignores a variable that sets
+nothing. Here an entry is reached by its name, the names predate the rule
+(`CDCSYNC_SOURCE_<NAME>_PASSWORD` kept working), and the variables are
+derived from the same models as this page, so neither can drift.
 
 | variable | sets |
 |---|---|
-| `CDCSYNC_CONFIG` | the config file's path |
-| `CDCSYNC_KAFKA_BOOTSTRAP_SERVERS` | `kafka.bootstrap_servers` |
-| `CDCSYNC_KAFKA_PROPERTY_<KEY>` | one of `kafka.properties` (`_` for `.`: `..._SASL_PASSWORD` sets `sasl.password`) |
-| `CDCSYNC_KAFKA_JAVA_PROPERTY_<KEY>` | one of `kafka.java_properties`, the same way |
-| `CDCSYNC_CONNECT_URL` | `connect.url` |
-| `CDCSYNC_CONNECT_SECRETS_DIR` | `connect.secrets_dir` |
-| `CDCSYNC_SOURCE_<NAME>_<FIELD>` | {", ".join(f"`{f}`" for f in SOURCE_ENV_FIELDS)} of `sources[]` |
-| `CDCSYNC_FOLLOWER_<NAME>_<FIELD>` | {", ".join(f"`{f}`" for f in FOLLOWER_ENV_FIELDS)} of `followers[]` |
 """
+
+
+def environment() -> str:
+    """The variables' table: every setting's, a source's and a follower's written once for any name."""
+    named = {"sources": [{"name": "<name>"}], "followers": [{"name": "<name>"}]}
+    rows = [f"| `{var}` | `{path.replace('[0]', '[]')}` |" for var, path in variables(Config, named)]
+    others = ", ".join(f"`{v}{'*' if v.endswith('_') else ''}`" for v in NOT_SETTINGS)
+    return ENVIRONMENT_HEADER + "\n".join(rows) + f"\n\nNot settings, and never refused: {others}.\n"
 
 
 def schema() -> dict[str, Any]:

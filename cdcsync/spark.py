@@ -1,7 +1,8 @@
 """Build the Spark session every follower runs in: Kafka source and Delta Lake on the classpath.
 
-The class path and the driver's options come from ``cdcsync.driver``.
-Imported only by commands that need Spark.
+Its settings are the config's ``spark`` and ``delta`` sections (``cdcsync.config_runtime``;
+without a config, what the environment gives). The class path and the
+driver's options come from ``cdcsync.driver``. Imported only by commands that need Spark.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from cdcsync.driver import connector_jars, driver_java_options
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdcsync.config import Config
+
 
 FETCHED_DATA_IDLE = "20s"  # how long Spark may keep a Kafka task's polled records for the next task (spark_session)
 LOCAL_FILE_CONTEXT = "org.apache.hadoop.fs.local.RawLocalFs"  # local checkpoint files without .crc companions
@@ -23,20 +26,10 @@ CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark
 # 1k changes/s keeps ~50 live small files (each MERGE's are replaced when their rows next change), so 50 would
 # compact every few MERGEs, each compaction a slower batch. Each file costs a MERGE ~0.6 ms (bench.delta_compaction).
 COMPACT_AT_FILES = "200"
-# How long each version of a Delta table keeps an entry for every file a commit replaced (Delta calls them
-# tombstones, which have nothing to do with Kafka's; its default: a week). Every MERGE reads the version's
-# whole state and every log checkpoint writes it, and a table MERGEd every few seconds gains ~6 a MERGE,
-# ~150,000 a day. VACUUM without RETAIN keeps the replaced files this long (docs/performance.md,
-# "Delta: replaced files' entries").
-REPLACED_FILE_RETENTION = "interval 1 hours"
 # Versions between the log checkpoints Delta writes inside a commit (its default: 10, so every tenth MERGE also
 # wrote the table's whole state, ~40 % slower than its neighbours). cdcsync writes them every 10 versions on a
 # thread beside the batches (sync/sinks/delta_checkpoints.py); this is only the fallback for other writers.
 CHECKPOINT_INTERVAL = "1000"
-# The fork server the Python workers are forked from: Spark's own (its pyspark.daemon), after importing once what
-# every worker's first task imported (sync/fork_server.py). CDCSYNC_SPARK_WORKER_DAEMON=pyspark.daemon, named
-# after Spark's spark.python.daemon.module, runs Spark's alone.
-FORK_SERVER = "cdcsync.sync.fork_server"
 
 
 def default_master() -> str:
@@ -56,14 +49,28 @@ def default_master() -> str:
 
 
 def spark_session(
-    app_name: str, master: str | None = None, conf: dict[str, str] | None = None, *, class_archive: bool = False
+    app_name: str,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    *,
+    class_archive: bool = False,
+    config: Config | None = None,
 ) -> SparkSession:
-    """The session (``getOrCreate``); ``class_archive``: a new driver starts from it (``driver_java_options``)."""
+    """The session (``getOrCreate``); ``class_archive``: a new driver starts from it (``driver_java_options``).
+
+    ``master`` and ``conf`` (a command's own) win over the config's ``spark.master`` and ``spark.conf``.
+    """
     from pyspark.sql import SparkSession
 
+    from cdcsync.config_file import environment_config
+
+    config = config if config is not None else environment_config()
+    spark, delta = config.spark, config.delta
     # Python workers (followers applying batches on executors) run this interpreter, which has cdcsync.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    master = master or os.environ.get("CDCSYNC_SPARK_MASTER")
+    # Read by the driver JVM's log4j configuration (cdcsync/log4j2.properties) as it starts.
+    levels = f"-Dcdcsync.spark.logLevel={spark.log_level} -Dcdcsync.spark.progressLogLevel={spark.progress_log_level}"
+    master = master or spark.master
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         # Under spark-submit (deploy/spark/submit.py) the JVM is already up with the submitted --master.
         master = default_master()
@@ -71,24 +78,24 @@ def spark_session(
     if master is not None:
         builder = builder.master(master)
     builder = (
-        builder.config("spark.jars", ",".join(str(j) for j in connector_jars()))
+        builder.config("spark.jars", ",".join(str(j) for j in connector_jars(spark)))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         # The driver runs every follower (and, locally, the executors): 2 GiB holds three followers' batches
         # of max_batch_bytes each, with their Arrow and Delta MERGE copies (docs/daemon.md, "Memory").
-        .config("spark.driver.memory", os.environ.get("CDCSYNC_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", spark.driver_memory)
         .config("spark.sql.shuffle.partitions", "4")
         # Adaptive execution runs each shuffle stage of a plan as a job of its own, to re-plan between them. A
         # warehouse MERGE of a few thousand rows ran 19 jobs with it and 14 without, and took ~10% less time in
         # the daemon at 1k changes/s (docs/performance.md, "Delta: adaptive execution off"). Streaming batches
-        # never use it. CDCSYNC_SPARK_ADAPTIVE=true turns it back on.
-        .config("spark.sql.adaptive.enabled", os.environ.get("CDCSYNC_SPARK_ADAPTIVE", "false"))
+        # never use it. spark.adaptive turns it back on.
+        .config("spark.sql.adaptive.enabled", str(spark.adaptive).lower())
         # Spark keeps compiled generated code in a cache of 100 entries by default. Three followers' batches
         # and the warehouse's MERGE stages outgrow it: the same classes were compiled again ~3 times a second,
         # each then loaded and JIT-compiled anew (docs/performance.md, "Generated code").
         .config("spark.sql.codegen.cache.maxEntries", CODEGEN_CACHE_ENTRIES)
         # Delta's default of 50 partitions for reading a table's log makes every MERGE slow on small machines.
-        .config("spark.databricks.delta.snapshotPartitions", os.environ.get("CDCSYNC_DELTA_SNAPSHOT_PARTITIONS", "2"))
+        .config("spark.databricks.delta.snapshotPartitions", str(delta.snapshot_partitions))
         # A MERGE whose source is not a Delta table first copies its source into Spark's block manager (one more
         # job, one more copy of the batch on the heap), in case reading it twice gave different rows. The
         # warehouse's source is the batch itself, built from Arrow on the driver (sync/sinks/delta_values.frame): the
@@ -97,10 +104,7 @@ def spark_session(
         # New warehouse tables take deletion vectors: a MERGE of scattered keys marks the old rows deleted
         # instead of rewriting every file it touches (bench.delta_merge: 11x fewer bytes written; the table
         # of bench.memory grew 27 GB in 116 MERGEs without). Readers need Delta 2.3+ (docs/performance.md).
-        .config(
-            "spark.databricks.delta.properties.defaults.enableDeletionVectors",
-            os.environ.get("CDCSYNC_DELTA_DELETION_VECTORS", "true"),
-        )
+        .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", str(delta.deletion_vectors).lower())
         # Every MERGE adds a few small files (one per shuffle partition), and Delta removes a file only once all its
         # rows are replaced: a table that gains rows (inserts) keeps every one. At a MERGE each few seconds that
         # is tens of thousands of files a day, and each MERGE reads them all (bench.delta_compaction: 5.95 s into
@@ -108,17 +112,17 @@ def spark_session(
         # Auto compaction rewrites a table's small files into larger ones, in the writer's own call, after a commit
         # that leaves COMPACT_AT_FILES of them, counted from this process's commits; and once after the first write
         # of each table in each process (Delta's rule, docs/performance.md "Delta: auto compaction").
-        # CDCSYNC_DELTA_AUTO_COMPACT=false turns it off.
-        .config("spark.databricks.delta.autoCompact.enabled", os.environ.get("CDCSYNC_DELTA_AUTO_COMPACT", "true"))
+        # delta.auto_compact: false turns it off.
+        .config("spark.databricks.delta.autoCompact.enabled", str(delta.auto_compact).lower())
         .config("spark.databricks.delta.autoCompact.minNumFiles", COMPACT_AT_FILES)
+        # How long a table version keeps the entries of the files commits replaced (config_runtime).
         .config(
-            "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration",
-            os.environ.get("CDCSYNC_DELTA_REPLACED_FILE_RETENTION", REPLACED_FILE_RETENTION),
+            "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration", delta.replaced_file_retention
         )
         .config("spark.databricks.delta.properties.defaults.checkpointInterval", CHECKPOINT_INTERVAL)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the daemon's log
-        .config("spark.driver.extraJavaOptions", driver_java_options(class_archive))
+        .config("spark.driver.extraJavaOptions", f"{levels} {driver_java_options(class_archive, spark)}")
         # Arrow batches handed to the Python workers: bounded in bytes as well as rows (wide rows, sync/batching).
         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(8 * 1024 * 1024))
         # Parquet's vectorized reader reserves one contiguous buffer per column for a batch of rows: 4,096
@@ -139,10 +143,11 @@ def spark_session(
         # filesystem writes and renames a hidden .crc beside each small offset and commit file: twice the
         # file operations of every batch's two checkpoint writes (docs/performance.md, "checkpoint writes").
         .config("spark.hadoop.fs.AbstractFileSystem.file.impl", LOCAL_FILE_CONTEXT)
-        .config("spark.python.daemon.module", os.environ.get("CDCSYNC_SPARK_WORKER_DAEMON", FORK_SERVER))
+        # The fork server the Python workers are forked from (config_runtime.FORK_SERVER).
+        .config("spark.python.daemon.module", spark.worker_daemon)
     )
-    for key, value in (conf or {}).items():
+    for key, value in {**spark.conf, **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(os.environ.get("CDCSYNC_SPARK_LOG_LEVEL", "ERROR"))
+    session.sparkContext.setLogLevel(spark.log_level)
     return session

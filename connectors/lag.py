@@ -183,6 +183,10 @@ class LagCollector:
     def __init__(self, config: Config, followers: list[FollowerConfig]) -> None:
         self.reader, self.followers = LagReader(config), followers
 
+    def use(self, config: Config) -> None:
+        """Report on what ``config`` captures from now on (tables found since the start: connectors.discover)."""
+        self.reader.config = self.reader.logs.config = config
+
     def tick(self) -> LagReport:
         from cdcsync import metrics
 

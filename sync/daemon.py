@@ -13,8 +13,10 @@ module, like all of ``sync/``, imports nothing of ``connectors/`` or
   whose ``health``, if it has one, joins the followers' at /healthz.
 
 A round that fails is logged and tried again at its next turn: a thread that
-died would stop healing or exporting, silently. The daemon's own round checks
-the catalog for columns whose type changed kind (``sync.reindex_needed``).
+died would stop healing or exporting, silently. The daemon has two rounds of
+its own: one checks the catalog for columns whose type changed kind
+(``sync.reindex_needed``), the other removes delete markers older than the
+compaction horizon (``sync.marker_purge``) for the followers whose sink can.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError
 from cdcsync.sync import reindex_needed
 from cdcsync.sync.build import build_follower
+from cdcsync.sync.marker_purge import MarkerPurge
 from cdcsync.sync.position import check_position
 from cdcsync.sync.stream import checkpoint_dir, present_topics, start_query
 from cdcsync.sync.supervisor import Relaunch, Supervisor
@@ -90,6 +93,9 @@ class Daemon:
         self.built: dict[str, Follower] = {}  # follower name -> its Follower, closed when it is rebuilt
         self.supervisor = Supervisor(followers, self._start, check=self._check)
         self.rounds = [*rounds, Round("cdcsync.reindex_needed", self._check_kinds, reindex_needed.KIND_CHECK_S)]
+        self.purge = MarkerPurge(config, followers)
+        if self.purge.followers:
+            self.rounds.append(Round("cdcsync.purge", self.purge.tick, self.purge.every_s))
 
     def health(self) -> Health:
         ok, problems = self.supervisor.health()
@@ -128,7 +134,7 @@ class Daemon:
                 log.critical(
                     "the Spark driver JVM died (%s): every follower stops; exiting 1 for the service manager to "
                     "restart the daemon. If it was out of heap, see docs/daemon.md, Memory "
-                    "(CDCSYNC_SPARK_DRIVER_MEMORY)",
+                    "(spark.driver_memory)",
                     str(err).splitlines()[0],
                 )
                 os._exit(1)  # not sys.exit: Spark's shutdown hooks would wait on the dead JVM
@@ -158,10 +164,19 @@ class Daemon:
                  checkpoint_dir(self.config, cfg))  # fmt: skip
         return query, present_topics(self.config, sorted(follower.mappings))
 
+    def use(self, config: Config) -> None:
+        """Follow what ``config`` says from now on: tables captured since the start (connectors.discover)."""
+        self.config = self.purge.config = config
+
     def _check(self, cfg: FollowerConfig, topics: list[str]) -> None:
         check_position(self.config, cfg, topics)
         follower = self.built.get(cfg.name)
-        waiting = sorted(set(follower.mappings) - set(topics)) if follower is not None else []
+        if follower is None:
+            return
+        captured = sorted({s.topic(t) for s, t in self.config.followed_tables(cfg)} - set(follower.mappings))
+        if captured:  # tables a source's patterns matched since it started (connectors.discover.TableWatch)
+            raise Relaunch(f"now following {captured} as well: captured since")
+        waiting = sorted(set(follower.mappings) - set(topics))
         appeared = present_topics(self.config, waiting) if waiting else []
         if appeared:  # a table added to it, whose connector has been applied since
             raise Relaunch(f"now following {appeared} as well")

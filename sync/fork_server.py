@@ -79,7 +79,7 @@ def reread_zips_only_when_changed() -> None:
     tasks (``spark.python.worker.reuse``), so this is paid once per worker, and
     not even once by a worker forked from cdcsync's fork server, which read the
     archives before it forked (``prepare``). Tasks still call it, for workers
-    forked by Spark's own (``CDCSYNC_SPARK_WORKER_DAEMON``).
+    forked by Spark's own (``spark.worker_daemon: pyspark.daemon``).
     """
     import zipimport
 

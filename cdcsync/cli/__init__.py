@@ -75,10 +75,16 @@ def origin_option(help: str) -> Any:
     )
 
 
-def load(ctx: click.Context) -> Any:
+def load(ctx: click.Context, discover: bool = True) -> Any:
+    """The config; with ``discover``, each source's ``schemas``/``include`` tables listed (connectors.discover)."""
     from cdcsync.config_file import load_config
 
-    return load_config(ctx.obj["config_path"])
+    config = load_config(ctx.obj["config_path"])
+    if not discover:
+        return config
+    from cdcsync.connectors.discover import resolve
+
+    return resolve(config)
 
 
 def main(argv: list[str] | None = None) -> None:

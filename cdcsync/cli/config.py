@@ -29,7 +29,7 @@ def config(ctx: click.Context, as_json: bool, schema: bool, reference: bool) -> 
     if reference:
         sys.stdout.write(config_reference.reference())
         return
-    effective = load(ctx).redacted()
+    effective = load(ctx, discover=False).redacted()
     if as_json:
         click.echo(json.dumps(effective, indent=2))
     else:

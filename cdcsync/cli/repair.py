@@ -44,7 +44,7 @@ def repair(
     if needs_spark(chosen):
         from cdcsync.spark import spark_session
 
-        spark = spark_session("cdcsync-repair")
+        spark = spark_session("cdcsync-repair", config=config)
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
     sink = build_sink(config, chosen, spark)
     try:

@@ -14,7 +14,7 @@ import click
 from cdcsync.cli import load
 
 if TYPE_CHECKING:
-    from cdcsync.config import FollowerConfig
+    from cdcsync.config import Config, FollowerConfig
 
 
 @click.command("run")
@@ -23,17 +23,17 @@ if TYPE_CHECKING:
 @click.option(
     "--metrics-port",
     type=int,
-    default=19400,
+    default=None,
     envvar="CDCSYNC_METRICS_PORT",
     show_envvar=True,
-    help="Port for /metrics (daemon only); 0 disables it.",
+    help="Port for /metrics (daemon only); 0 disables it [default: metrics.port, 19400].",
 )
 @click.option(
     "--metrics-host",
-    default="127.0.0.1",
+    default=None,
     envvar="CDCSYNC_METRICS_HOST",
     show_envvar=True,
-    help="Address /metrics and /healthz listen on (loopback unless set).",
+    help="Address /metrics and /healthz listen on [default: metrics.host, loopback].",
 )
 @click.option(
     "--master",
@@ -53,8 +53,8 @@ def run(
     ctx: click.Context,
     followers: tuple[str, ...],
     once: bool,
-    metrics_port: int,
-    metrics_host: str,
+    metrics_port: int | None,
+    metrics_host: str | None,
     master: str | None,
     capture_watch: bool,
 ) -> None:
@@ -71,6 +71,8 @@ def run(
     Exit 0 after SIGTERM/SIGINT (queries stopped between batches), 1 when
     every follower has stopped for good, 2 for a usage or config error.
     """
+    from cdcsync.connectors.discover import CHECK_S as TABLES_CHECK_S
+    from cdcsync.connectors.discover import TableWatch, resolve
     from cdcsync.connectors.lag import COLLECT_S, LagCollector
     from cdcsync.connectors.watch import WATCH_S, CaptureWatch
     from cdcsync.snapshot import repair
@@ -82,12 +84,15 @@ def run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     for noisy in ("py4j", "elastic_transport"):  # a line per request is not the daemon's news
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    config = load(ctx)
+    base = load(ctx, discover=False)
+    config = resolve(base)  # the tables of schemas/include as they are now; TableWatch finds later ones
     logging.getLogger("cdcsync.run").info("effective config %s", json.dumps(config.redacted()))
+    metrics_port = config.metrics.port if metrics_port is None else metrics_port
+    metrics_host = metrics_host or config.metrics.host
     selected = [config.follower(n) for n in followers] or list(config.followers)
     if not selected:
         raise click.UsageError("no followers configured")
-    spark = spark_session("cdcsync", master)
+    spark = spark_session("cdcsync", master, config=config)
 
     def prepare(cfg: FollowerConfig) -> str | None:  # a reindex killed after its switch left a window out
         return finish_killed(config, cfg, spark)
@@ -100,11 +105,20 @@ def run(
     if capture_watch and config.sources:
         watch = CaptureWatch(config)
         rounds.append(Round("cdcsync.capture", watch.tick, WATCH_S, health=watch.health))
+    collector = LagCollector(config, selected)
     if metrics_port:
-        rounds.append(Round("cdcsync.lag", LagCollector(config, selected).tick, COLLECT_S))
+        rounds.append(Round("cdcsync.lag", collector.tick, COLLECT_S))
+    checks = BackgroundVerify(config, selected, spark, partial(repair.start, config))
     if any(f.verify.enabled for f in selected):
-        checks = BackgroundVerify(config, selected, spark, partial(repair.start, config))
         rounds.append(Round("cdcsync.verify", checks.tick, checks.every_s))
+
+    def adopt(captured: Config) -> None:  # tables created since the start, now captured: every round sees them
+        collector.use(captured)
+        checks.config, checks.repair = captured, partial(repair.start, captured)
+        daemon.use(captured)
+
+    if any(s.patterns for s in config.sources):
+        rounds.append(Round("cdcsync.tables", TableWatch(base, config, adopt).tick, TABLES_CHECK_S))
     daemon = Daemon(config, selected, spark, prepare, rounds)
     if metrics_port:
         daemon.serve(metrics_port, metrics_host)

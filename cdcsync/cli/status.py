@@ -46,21 +46,21 @@ class Check:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--metrics-host",
-    default="127.0.0.1",
+    default=None,
     envvar="CDCSYNC_METRICS_HOST",
     show_envvar=True,
-    help="Where the daemon (`cdcsync run`) serves /healthz and /metrics.",
+    help="Where the daemon (`cdcsync run`) serves /healthz and /metrics [default: metrics.host].",
 )
 @click.option(
     "--metrics-port",
     type=int,
-    default=19400,
+    default=None,
     envvar="CDCSYNC_METRICS_PORT",
     show_envvar=True,
-    help="The daemon's metrics port.",
+    help="The daemon's metrics port [default: metrics.port].",
 )
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, metrics_host: str, metrics_port: int) -> None:
+def status(ctx: click.Context, as_json: bool, metrics_host: str | None, metrics_port: int | None) -> None:
     """Show capture, followers and sinks; exit 0 when all are healthy, 1 when not.
 
     Capture: connector and task state on Kafka Connect, and the heartbeat age
@@ -68,9 +68,11 @@ def status(ctx: click.Context, as_json: bool, metrics_host: str, metrics_port: i
     restarting or stopped and why, as the daemon at the metrics address
     reports them. Sinks: reachable or not.
     """
-    config = load(ctx)
+    config = load(ctx, discover=False)
     checks = capture_checks(config)
-    daemon_url = f"http://{metrics_host}:{metrics_port}"
+    daemon_url = (
+        f"http://{metrics_host or config.metrics.host}:{config.metrics.port if metrics_port is None else metrics_port}"
+    )
     daemon = read_daemon(daemon_url)
     checks += follower_checks(config, daemon, daemon_url)
     checks += [sink_check(config, cfg) for cfg in config.followers]

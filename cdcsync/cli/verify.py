@@ -35,7 +35,7 @@ def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_
     if any(needs_spark(f) for f in selected):
         from cdcsync.spark import spark_session
 
-        spark = spark_session("cdcsync-verify")
+        spark = spark_session("cdcsync-verify", config=config)
     reports = []
     for follower in selected:
         killed = killed_line(config, follower.name)

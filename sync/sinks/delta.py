@@ -74,6 +74,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdcsync.config import Config, FollowerConfig
+from cdcsync.config_runtime import DeltaSettings
 from cdcsync.errors import FatalError, RetryableError, mapped
 from cdcsync.state import base_dir
 from cdcsync.sync.mapping import Row, fingerprint
@@ -99,7 +100,7 @@ from cdcsync.sync.sinks.delta_values import (
     spark_type,
     stored,
 )
-from cdcsync.sync.sinks.delta_writers import each_table, one_writer, tables_at_once
+from cdcsync.sync.sinks.delta_writers import each_table, one_writer
 
 if TYPE_CHECKING:
     from cdcsync.sync.mapping import TableMapping
@@ -138,7 +139,7 @@ SPOOLED = T.StructType(META.fields + [T.StructField("_cdcsync_op", STRING), T.St
 
 
 STAGING = "__staging"
-# How long a table version's state keeps each replaced file's entry (cdcsync.spark.REPLACED_FILE_RETENTION).
+# How long a table version's state keeps each replaced file's entry (delta.replaced_file_retention).
 LOOKUP_IDS = 1000  # ids in one lookup query's IN list
 REPLACED_RETENTION = "delta.deletedFileRetentionDuration"
 REPLACED_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"  # for new tables
@@ -177,7 +178,8 @@ class DeltaSink:
     @classmethod
     def from_config(cls, config: Config, follower: FollowerConfig, spark: SparkSession | None) -> DeltaSink:
         # No session: another process of a fill, which only spools (sync.sinks.build_sink allows no other).
-        return cls(follower.name, spark, table_root(config, follower), follower.soft_delete, follower.history)
+        path, at_once = table_root(config, follower), config.delta.tables_at_once
+        return cls(follower.name, spark, path, follower.soft_delete, follower.history, tables_at_once=at_once)
 
     @staticmethod
     def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:
@@ -196,13 +198,22 @@ class DeltaSink:
         )
 
     def __init__(
-        self, name: str, spark: SparkSession | None, path: str, soft_delete: bool = False, history: bool = False
+        self,
+        name: str,
+        spark: SparkSession | None,
+        path: str,
+        soft_delete: bool = False,
+        history: bool = False,
+        *,
+        tables_at_once: int = DeltaSettings().tables_at_once,
     ) -> None:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
         self._session = spark
         self._tables: dict[str, _Table] = {}
         self.generations = Generations()  # target -> its staged table's path (its _tables entry), until publish
-        self.tables_at_once = tables_at_once()  # a batch's tables MERGEd at once (delta_writers)
+        # A batch's tables MERGEd at once. Each holds its share of the batch and its own tasks' buffers, so the
+        # memory bound of a batch (sync.batching) still holds; more than the cores buys nothing.
+        self.tables_at_once = tables_at_once
         self._checkpoints = checkpoints.Checkpoints(spark)  # log checkpoints beside the batches (delta_checkpoints)
         self._spools: dict[str, load.Spool] = {}  # a staged table's path -> the spool its writes go to (delta_load)
 
@@ -503,7 +514,7 @@ class DeltaSink:
         for prop, value in wanted.items():
             if "'" in value:
                 raise FatalError(f"table property {prop}={value!r} (from the Spark session's defaults): want e.g. "
-                                 "'interval 1 hours' for CDCSYNC_DELTA_REPLACED_FILE_RETENTION")  # fmt: skip
+                                 "'interval 1 hours' for delta.replaced_file_retention")  # fmt: skip
         # The table's metadata only (DESCRIBE DETAIL would also count its files: a Spark job).
         have = {row[0]: row[1] for row in self._spark.sql(f"SHOW TBLPROPERTIES delta.{quote(path)}").collect()}
         missing = {prop: value for prop, value in wanted.items() if prop not in have}

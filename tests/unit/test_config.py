@@ -55,13 +55,14 @@ def test_environment_overrides_connection_settings_and_is_named_in_errors(tmp_pa
 
 
 def test_every_problem_is_listed_with_its_path(tmp_path: Path) -> None:
-    bad = {"sources": [{**SOURCE, "kind": "oracle", "tables": []}, {**SOURCE, "name": "Has Space", "typo": 1}]}
+    no_tables = {**SOURCE, "name": "pg_none", "tables": []}
+    bad = {"sources": [{**SOURCE, "kind": "oracle"}, {**SOURCE, "name": "Has Space", "typo": 1}, no_tables]}
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, bad), env={})
     text = "\n".join(err.value.problems)
     for expected in (
         "sources[0].kind: Input should be 'postgres' or 'mariadb'",
-        "sources[0].tables",
+        "sources[2]: Value error, name the tables to capture: tables, schemas or include",
         "sources[1].name: String should match pattern",
         "sources[1].typo: Extra inputs are not permitted",
     ):

@@ -500,7 +500,7 @@ def test_replaced_files_leave_a_tables_state_after_their_retention(spark: Any, t
     Delta keeps those for a week by default: a table MERGEd every few seconds
     gains ~6 a MERGE, and each 20,000 made a MERGE ~0.2 s slower and a log
     checkpoint ~1.6 s slower (docs/performance.md). The sink's tables keep
-    them for the session's retention (``cdcsync.spark.REPLACED_FILE_RETENTION``;
+    them for the session's retention (``delta.replaced_file_retention``;
     20 s here): new tables and tables an earlier cdcsync created, but not a
     table whose retention an operator set.
     """
