@@ -7,35 +7,41 @@ So a setting added to or changed in stack.py, stack.env or pom.xml fails here,
 with a message naming the setting, until docker-compose.yml follows. No network,
 no Docker, no running services.
 
-Two services are not stack components: prometheus and grafana, which watch a
-`cdcsync run` on the host with deploy/monitoring's files. For them this test
-checks what they are wired to: the files they mount, the daemon's metrics
-address, loopback only, and ports that no stack component or daemon uses.
+Three services are not stack components. prometheus and grafana watch a
+`cdcsync run` with deploy/monitoring's files (test_compose_monitoring.py);
+cdcsync is the daemon in the image deploy/docker/Dockerfile builds
+(test_image.py). Here they are held only to what every service must have: a
+health check, and mounts from inside the repository.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import shlex
 import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-COMPOSE = REPO / "docker-compose.yml"
-LOCAL = REPO / "deploy/local"
-SERVICES = {"postgres", "mariadb", "redis", "kafka", "connect", "elasticsearch"}
-MONITORING = {"prometheus", "grafana"}  # not stack components: they watch the daemon (deploy/monitoring)
+from tests.unit import compose_support
+from tests.unit.compose_support import (
+    DAEMON,
+    MONITORING,
+    REPO,
+    SERVICES,
+    command,
+    compose,
+    environment,
+    flags,
+    listeners,
+    load_stack,
+    pom_versions,
+    service,
+    stack_env,
+    the_published_port,
+)
+
 # The Debian 12 packages the local stack runs (install.sh installs them unpinned).
 DEBIAN_IMAGES = {"postgres": "postgres:15", "mariadb": "mariadb:10.11", "redis": "redis:7.0"}
 CONNECT_TOPICS = {
@@ -47,29 +53,6 @@ JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 
 
 # --------------------------------------------------------------------------- what the local stack does
-
-
-@cache
-def load_stack() -> ModuleType:
-    """A private copy of deploy/local/stack.py (stdlib only; importing it starts nothing)."""
-    name = "_cdcsync_stack_for_compose_test"
-    spec = importlib.util.spec_from_file_location(name, LOCAL / "stack.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
-
-
-def stack_env() -> dict[str, str]:
-    return load_stack().read_env_file(LOCAL / "stack.env")
-
-
-def pom_versions() -> dict[str, str]:
-    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    props = ET.parse(LOCAL / "pom.xml").getroot().find("m:properties", ns)
-    assert props is not None, "deploy/local/pom.xml has no <properties>"
-    return {child.tag.split("}")[1]: (child.text or "").strip() for child in props}
 
 
 @dataclass
@@ -131,16 +114,6 @@ def properties(text: str) -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs}
 
 
-def flags(argv: list[str]) -> dict[str, str | None]:
-    """`--name=value` and bare `--name` (-> None) flags of a command line."""
-    out: dict[str, str | None] = {}
-    for arg in argv:
-        if arg.startswith("--"):
-            name, _, value = arg[2:].partition("=")
-            out[name] = value if "=" in arg else None
-    return out
-
-
 def pairs_after(option: str, argv: list[str]) -> dict[str, str]:
     """`option key=value` pairs (postgres -c, elasticsearch -E)."""
     return dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv[:-1]) if arg == option)
@@ -172,67 +145,6 @@ def connect_env_name(prop: str) -> str:
     return upper if prop in named else "CONNECT_" + upper
 
 
-# --------------------------------------------------------------------------- what docker-compose.yml says
-
-
-@cache
-def compose() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE.read_text())
-
-
-def service(name: str) -> dict[str, Any]:
-    services = compose().get("services") or {}
-    assert name in services, f"docker-compose.yml: no service {name!r}"
-    return services[name]
-
-
-def environment(name: str) -> dict[str, str]:
-    raw = service(name).get("environment") or {}
-    if isinstance(raw, list):
-        raw = dict(item.split("=", 1) if "=" in item else (item, "") for item in raw)
-    return {key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in raw.items()}
-
-
-def command(name: str) -> list[str]:
-    raw = service(name).get("command") or []
-    return shlex.split(raw) if isinstance(raw, str) else [str(arg) for arg in raw]
-
-
-@dataclass(frozen=True)
-class Published:
-    host_ip: str
-    host_port: int
-    container_port: int
-
-
-def published_ports(name: str) -> list[Published]:
-    out = []
-    for entry in service(name).get("ports") or []:
-        if isinstance(entry, dict):
-            out.append(Published(str(entry.get("host_ip", "")), int(entry["published"]), int(entry["target"])))
-            continue
-        parts = str(entry).split("/")[0].split(":")
-        assert len(parts) == 3, f"{name}: port {entry!r} names no host address (want 127.0.0.1:HOST:CONTAINER)"
-        out.append(Published(parts[0], int(parts[1]), int(parts[2])))
-    return out
-
-
-def the_published_port(name: str) -> Published:
-    ports = published_ports(name)
-    assert len(ports) == 1, f"{name}: publishes {len(ports)} ports, want exactly one (its stack.env port)"
-    return ports[0]
-
-
-def listeners(value: str) -> dict[str, tuple[str, int]]:
-    """'NAME://host:port,...' -> {NAME: (host, port)}."""
-    out = {}
-    for item in filter(None, (part.strip() for part in value.split(","))):
-        name, _, address = item.partition("://")
-        host, _, port = address.rpartition(":")
-        out[name] = (host, int(port))
-    return out
-
-
 def assert_same(
     expected: Mapping[str, str | None], actual: Mapping[str, str | None], where: str, container_only: Iterable[str] = ()
 ) -> None:
@@ -255,7 +167,7 @@ def assert_same(
 
 def test_services_are_the_local_stack_components() -> None:
     names = set(compose().get("services") or {})
-    want = SERVICES | MONITORING
+    want = SERVICES | MONITORING | {DAEMON}
     assert names == want, f"docker-compose.yml services {sorted(names)}, want {sorted(want)}"
     assert set(load_stack().ORDER) == SERVICES, f"stack.py components {load_stack().ORDER} are not {sorted(SERVICES)}"
 
@@ -289,7 +201,7 @@ def test_each_service_publishes_its_stack_env_port_on_loopback() -> None:
 
 
 def test_nothing_mounted_from_outside_the_repo() -> None:
-    for name in SERVICES | MONITORING:
+    for name in SERVICES | MONITORING | {DAEMON}:
         for volume in service(name).get("volumes") or []:
             source = volume.get("source", "") if isinstance(volume, dict) else str(volume).split(":")[0]
             if source.startswith((".", "/", "~")):
@@ -299,17 +211,21 @@ def test_nothing_mounted_from_outside_the_repo() -> None:
 
 
 def test_every_service_has_a_healthcheck_and_connect_waits_for_kafka() -> None:
-    for name in SERVICES | MONITORING:
+    for name in SERVICES | MONITORING | {DAEMON}:
         check = service(name).get("healthcheck") or {}
-        assert check.get("test") and not check.get("disable"), f"{name}: no healthcheck"
+        assert not check.get("disable") and check.get("test") != ["NONE"], f"{name}: healthcheck disabled"
+        # A service built from a Dockerfile may take the image's own HEALTHCHECK.
+        own = check.get("test") or ("build" in service(name) and compose_support.image().healthcheck)
+        assert own, f"{name}: no healthcheck"
     depends = service("connect").get("depends_on") or {}
     assert isinstance(depends, dict) and (depends.get("kafka") or {}).get("condition") == "service_healthy", (
         "connect: depends_on kafka must be `condition: service_healthy`"
     )
-    for name, spec in depends.items():
-        assert spec.get("condition") != "service_healthy" or service(name).get("healthcheck"), (
-            f"connect waits for {name} to be healthy, but {name} has no healthcheck"
-        )
+    for waiter in ("connect", DAEMON):
+        for name, spec in (service(waiter).get("depends_on") or {}).items():
+            assert spec.get("condition") != "service_healthy" or service(name).get("healthcheck"), (
+                f"{waiter} waits for {name} to be healthy, but {name} has no healthcheck"
+            )
 
 
 # --------------------------------------------------------------------------- per component
@@ -464,87 +380,3 @@ def test_elasticsearch_settings(local: LocalStack) -> None:
     assert actual == heap, f"elasticsearch: ES_JAVA_OPTS {sorted(actual)}, stack.env ES_HEAP gives {sorted(heap)}"
     target = the_published_port("elasticsearch").container_port
     assert target == int(env.get("http.port", 9200)), f"elasticsearch: publishes container port {target}, not HTTP's"
-
-
-# --------------------------------------------------------------------------- monitoring
-
-
-def mounts(name: str) -> dict[str, Path]:
-    """Container path -> repository path of a service's bind mounts."""
-    out = {}
-    for volume in service(name).get("volumes") or []:
-        source, target = str(volume).split(":")[:2]
-        if source.startswith("."):
-            out[target] = (REPO / source).resolve()
-    return out
-
-
-def listen_address(name: str) -> tuple[str, int]:
-    if name == "prometheus":
-        address = flags(command("prometheus")).get("web.listen-address") or ":9090"
-        host, _, port = address.rpartition(":")
-        return host, int(port)
-    env = environment("grafana")
-    return env.get("GF_SERVER_HTTP_ADDR", ""), int(env.get("GF_SERVER_HTTP_PORT", 3000))
-
-
-def daemon_metrics_address() -> tuple[str, int]:
-    """`cdcsync run`'s default --metrics-host and --metrics-port, from the command itself."""
-    from cdcsync.cli.run import run
-
-    defaults = {p.name: p.default for p in run.params}
-    return str(defaults["metrics_host"]), int(defaults["metrics_port"])
-
-
-def test_monitoring_shares_the_host_network_and_listens_on_loopback_only() -> None:
-    taken = {int(v) for k, v in stack_env().items() if k.endswith("_PORT") and v.isdigit()}
-    taken.add(daemon_metrics_address()[1])
-    seen = set()
-    for name in sorted(MONITORING):
-        spec = service(name)
-        image = str(spec.get("image", ""))
-        assert ":" in image and not image.endswith(":latest"), f"{name}: image {image!r} is not pinned to a version"
-        assert spec.get("network_mode") == "host", f"{name}: needs network_mode: host to reach the daemon's loopback"
-        assert not spec.get("ports"), f"{name}: host networking publishes nothing; drop `ports`"
-        host, port = listen_address(name)
-        assert host == "127.0.0.1", f"{name}: listens on {host or 'every address'!r}, not loopback"
-        assert port not in taken | seen, f"{name}: port {port} is taken by the stack, the daemon or the other service"
-        seen.add(port)
-
-
-def test_prometheus_runs_the_repository_config_and_rules_and_scrapes_the_daemon() -> None:
-    mounted = mounts("prometheus")
-    config_path = flags(command("prometheus")).get("config.file") or "/etc/prometheus/prometheus.yml"
-    assert mounted.get(config_path) == (REPO / "deploy/monitoring/prometheus.yml").resolve(), (
-        f"prometheus: --config.file {config_path} is not deploy/monitoring/prometheus.yml ({mounted})"
-    )
-    config = yaml.safe_load(mounted[config_path].read_text())
-    here = Path(config_path).parent
-    for rule_file in config.get("rule_files") or []:
-        inside = str(here / rule_file)
-        assert inside in mounted, f"prometheus: rule file {rule_file} ({inside}) is not mounted"
-        assert mounted[inside] == (mounted[config_path].parent / rule_file).resolve(), f"prometheus: {inside} wrong"
-    targets = [t for job in config["scrape_configs"] for sc in job.get("static_configs", []) for t in sc["targets"]]
-    want = "{}:{}".format(*daemon_metrics_address())
-    assert want in targets, f"prometheus.yml scrapes {targets}, not the daemon's default {want}"
-
-
-def test_grafana_is_provisioned_with_the_repository_dashboard_and_prometheus() -> None:
-    mounted = mounts("grafana")
-    provisioning = {target.rsplit("/", 1)[1]: path for target, path in mounted.items()
-                    if target.startswith("/etc/grafana/provisioning/")}  # fmt: skip
-    assert set(provisioning) == {"datasources", "dashboards"}, f"grafana: provisioning mounts {provisioning}"
-    datasources = [yaml.safe_load(f.read_text()) for f in provisioning["datasources"].glob("*.yml")]
-    urls = [d["url"] for doc in datasources for d in doc["datasources"] if d["type"] == "prometheus"]
-    assert urls == ["http://{}:{}".format(*listen_address("prometheus"))], f"grafana: Prometheus data source {urls}"
-    providers = [
-        p for f in provisioning["dashboards"].glob("*.yml") for p in yaml.safe_load(f.read_text())["providers"]
-    ]
-    for provider in providers:
-        folder = mounted.get(provider["options"]["path"])
-        assert folder is not None and any(folder.glob("*.json")), f"grafana: {provider['options']['path']} is empty"
-    home = environment("grafana").get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH", "")
-    base, _, file = home.rpartition("/")
-    assert base in mounted and (mounted[base] / file).exists(), f"grafana: home dashboard {home!r} is not mounted"
-    depends = service("grafana").get("depends_on") or {}
-    assert (depends.get("prometheus") or {}).get("condition") == "service_healthy", "grafana: wait for prometheus"
