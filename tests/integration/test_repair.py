@@ -177,7 +177,7 @@ def test_divergence_planted_under_writes_is_found_exactly_and_repaired_through_t
                 os.killpg(daemon.pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+@pytest.mark.parametrize("kind", ["postgres", pytest.param("mariadb", marks=pytest.mark.long)])  # MariaDB: make chaos
 def test_the_daemon_finds_divergence_in_the_background_and_repairs_it_itself(
     spark: Any, tmp_path: Path, kind: str
 ) -> None:
