@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from cdcsync.config_base import Properties, Strict
 
@@ -27,6 +27,7 @@ FORK_SERVER = "cdcsync.sync.fork_server"
 # "Delta: replaced files' entries").
 REPLACED_FILE_RETENTION = "interval 1 hours"
 INTERVAL = re.compile(r"^interval \d+ (second|minute|hour|day|week)s?$")
+UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
 
 def _switch(value: Any) -> Any:
@@ -86,6 +87,15 @@ class DeltaSettings(Strict):
         description="how long new tables keep replaced files' entries (delta.deletedFileRetentionDuration)",
     )
     tables_at_once: int = Field(2, ge=1, description="a batch's tables MERGEd at the same time")
+    upkeep_every_s: float = Field(
+        3600, ge=0, description="how often the daemon runs OPTIMIZE and VACUUM on each warehouse table (0: never)"
+    )
+    retention_hours: int = Field(
+        168,
+        ge=1,
+        description="VACUUM removes only the files that no table version of the last this many hours reads (time "
+        "travel, a slow reader); at least replaced_file_retention",
+    )
 
     @field_validator("replaced_file_retention")
     @classmethod
@@ -93,6 +103,22 @@ class DeltaSettings(Strict):
         if not INTERVAL.fullmatch(value):
             raise ValueError(f"{value!r} is not a Delta interval: want e.g. 'interval 1 hours' or 'interval 7 days'")
         return value
+
+    @model_validator(mode="after")
+    def _vacuum_within_retention(self) -> DeltaSettings:
+        # Delta refuses a VACUUM whose window is shorter than the table's deletedFileRetentionDuration.
+        if self.retention_hours * 3600 < interval_s(self.replaced_file_retention):
+            raise ValueError(
+                f"retention_hours {self.retention_hours} is shorter than replaced_file_retention "
+                f"({self.replaced_file_retention}): Delta refuses such a VACUUM"
+            )
+        return self
+
+
+def interval_s(interval: str) -> int:
+    """Seconds of a Delta interval (``interval 7 days``)."""
+    _, count, unit = interval.split()
+    return int(count) * UNIT_S[unit.rstrip("s")]
 
 
 class MetricsSettings(Strict):

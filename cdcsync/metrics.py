@@ -128,6 +128,23 @@ VERIFY_PERIOD = Gauge(
     ["follower"],
 )  # fmt: skip
 
+DELTA_FILES = Gauge(
+    "cdcsync_delta_table_files",
+    "Live data files of a warehouse table after its last upkeep pass",
+    ["follower", "table"],
+)
+DELTA_BYTES = Gauge(
+    "cdcsync_delta_table_bytes",
+    "Bytes of a warehouse table's live data files after its last upkeep pass (what a read of it scans)",
+    ["follower", "table"],
+)
+DELTA_DISK_BYTES = Gauge(
+    "cdcsync_delta_table_disk_bytes",
+    "Bytes on disk under a local warehouse table's directory after its last upkeep pass: live files, files kept "
+    "for the retention window, the log",
+    ["follower", "table"],
+)
+
 BUILD = Gauge(
     "cdcsync_build_info",
     "Always 1: the running cdcsync's version, and those of Python, PySpark and delta-spark it runs with",
@@ -151,6 +168,14 @@ def record_build() -> None:
             return "none"
 
     BUILD.labels(__version__, platform.python_version(), of("pyspark"), of("delta-spark")).set(1)
+
+
+def record_table_size(follower: str, table: str, files: int, size: int, disk: int | None) -> None:
+    """A warehouse table's size after an upkeep pass (``sync.delta_upkeep``); ``disk``: None off local disk."""
+    DELTA_FILES.labels(follower, table).set(files)
+    DELTA_BYTES.labels(follower, table).set(size)
+    if disk is not None:
+        DELTA_DISK_BYTES.labels(follower, table).set(disk)
 
 
 def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:

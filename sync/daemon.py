@@ -13,10 +13,11 @@ module, like all of ``sync/``, imports nothing of ``connectors/`` or
   whose ``health``, if it has one, joins the followers' at /healthz.
 
 A round that fails is logged and tried again at its next turn: a thread that
-died would stop healing or exporting, silently. The daemon has two rounds of
-its own: one checks the catalog for columns whose type changed kind
-(``sync.reindex_needed``), the other removes delete markers older than the
-compaction horizon (``sync.marker_purge``) for the followers whose sink can.
+died would stop healing or exporting, silently. The daemon has rounds of its
+own: one checks the catalog for columns whose type changed kind
+(``sync.reindex_needed``), one removes delete markers older than the
+compaction horizon (``sync.marker_purge``) for the followers whose sink can,
+and one keeps the warehouse's tables compact and vacuumed (``sync.delta_upkeep``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError
 from cdcsync.sync import reindex_needed
 from cdcsync.sync.build import build_follower
+from cdcsync.sync.delta_upkeep import Upkeep
 from cdcsync.sync.marker_purge import MarkerPurge
 from cdcsync.sync.position import check_position
 from cdcsync.sync.stream import checkpoint_dir, present_topics, start_query
@@ -60,6 +62,7 @@ class Round:
     tick: Callable[[], object]
     every_s: float
     health: Callable[[], Health] | None = None
+    first_after_s: float = 0.0  # its first turn waits this long (work that need not slow the daemon's start)
 
 
 def run_once(config: Config, followers: list[FollowerConfig], spark: SparkSession, prepare: Prepare) -> int:
@@ -96,6 +99,10 @@ class Daemon:
         self.purge = MarkerPurge(config, followers)
         if self.purge.followers:
             self.rounds.append(Round("cdcsync.purge", self.purge.tick, self.purge.every_s))
+        self.upkeep = Upkeep(config, followers, spark)
+        if self.upkeep.enabled:
+            every = self.upkeep.every_s  # not at the start: the followers' first batches come first
+            self.rounds.append(Round("cdcsync.upkeep", self.upkeep.tick, every, first_after_s=min(every, 600.0)))
 
     def health(self) -> Health:
         ok, problems = self.supervisor.health()
@@ -166,7 +173,7 @@ class Daemon:
 
     def use(self, config: Config) -> None:
         """Follow what ``config`` says from now on: tables captured since the start (connectors.discover)."""
-        self.config = self.purge.config = config
+        self.config = self.purge.config = self.upkeep.config = config
 
     def _check(self, cfg: FollowerConfig, topics: list[str]) -> None:
         check_position(self.config, cfg, topics)
@@ -191,6 +198,7 @@ class Daemon:
 
 
 def _repeat(each: Round) -> None:
+    time.sleep(each.first_after_s)
     while True:
         try:
             each.tick()
