@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,22 +28,6 @@ from tests.support import ENV, uid
 TYPES = {"id": "int", "name": "text", "n": "int"}
 FOLDED = {"analysis": {"analyzer": {"folded": {"type": "custom", "tokenizer": "standard", "filter": ["lowercase"]}}}}
 NAME = {"type": "text", "analyzer": "folded", "fields": {"raw": {"type": "keyword"}}}
-
-
-@pytest.fixture
-def es() -> Iterator[Elasticsearch]:
-    client = Elasticsearch(ES_URL, request_timeout=30)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def prefix(es: Elasticsearch) -> Iterator[str]:
-    prefix = f"cdcsync-test-{uid()}-"
-    yield prefix
-    names = list(es.indices.get(index=f"{prefix}*"))  # by name: destructive wildcard deletes are refused
-    if names:
-        es.indices.delete(index=",".join(names))
 
 
 def spec(**settings: Any) -> IndexSpec:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from datetime import time as time_of_day
 from decimal import Decimal
@@ -21,7 +20,7 @@ from cdcsync.events import Change
 from cdcsync.sync.mapping import Row, TableMapping
 from cdcsync.sync.sinks import elasticsearch as elasticsearch_sink
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
-from tests.support import ENV, uid
+from tests.support import ENV
 
 ES_URL = f"http://127.0.0.1:{ENV['ES_PORT']}"
 TYPES = {
@@ -65,23 +64,6 @@ def full_doc(i: int) -> dict[str, Any]:
         "ref": str(uuid.UUID(int=i)),
         "missing": None,
     }
-
-
-@pytest.fixture
-def es() -> Iterator[Elasticsearch]:
-    client = Elasticsearch(ES_URL, request_timeout=30)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def prefix(es: Elasticsearch) -> Iterator[str]:
-    prefix = f"cdcsync-test-{uid()}-"
-    yield prefix
-    # Delete by name: destructive wildcard deletes are refused by default.
-    names = list(es.indices.get(index=f"{prefix}*"))
-    if names:
-        es.indices.delete(index=",".join(names))
 
 
 def make_sink(prefix: str, target: str, **settings: Any) -> ElasticsearchSink:

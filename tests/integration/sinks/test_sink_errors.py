@@ -107,13 +107,6 @@ def poison(offset: int) -> Record:
 
 
 @pytest.fixture
-def es() -> Iterator[Elasticsearch]:
-    client = Elasticsearch(ES_URL, request_timeout=30)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def es_sink(es: Elasticsearch) -> Iterator[ElasticsearchSink]:
     prefix = f"cdcsync-test-{uid()}-"
     sink = ElasticsearchSink("es-errors", ES_URL, index_prefix=prefix)
