@@ -55,6 +55,24 @@ def start_daemon(config_path: Path, log: Path, metrics_port: int | None = None) 
     )
 
 
+@contextmanager
+def running_daemon(config_path: Path, log: Path, metrics_port: int | None = None) -> Iterator[subprocess.Popen]:
+    """``cdcsync run`` for the block; killed at its end unless ``stop_daemon`` stopped it."""
+    daemon = start_daemon(config_path, log, metrics_port)
+    try:
+        yield daemon
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait(30)
+
+
+def stop_daemon(daemon: subprocess.Popen, log: Path) -> None:
+    """SIGTERM, as systemd stops it: the daemon must stop its followers between batches and exit 0."""
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(120) == 0, log.read_text(errors="replace")[-3000:]
+
+
 def verify(config_path: Path) -> subprocess.CompletedProcess:
     """``cdcsync verify --json``; each run's exit code and counts are appended to ``verify.log`` beside the config."""
     done = subprocess.run(

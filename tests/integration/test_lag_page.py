@@ -9,9 +9,7 @@ each follower, each table and its numbers, and a 1200x800 screenshot is taken
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import struct
 import subprocess
 import time
@@ -21,7 +19,7 @@ from typing import Any
 import requests
 
 from cdcsync.connectors.apply import apply
-from tests.chaos.daemon import daemon_config, free_port, start_daemon
+from tests.chaos.daemon import daemon_config, free_port, running_daemon, stop_daemon
 from tests.integration.followers import drop_stores, follower_dicts
 from tests.support import drop_capture, execute, source_dict, uid, wait_streaming
 from tests.tools import required
@@ -78,40 +76,34 @@ def test_lag_page_in_headless_chromium(tmp_path: Path) -> None:
     _, config_path, config = daemon_config(tmp_path, [source_dict("postgres", source, [f"public.{t}" for t in tables])],
                                            followers)  # fmt: skip
     port, log = free_port(), tmp_path / "run.log"
-    daemon = None
     try:
         apply(config)
         wait_streaming(config)
-        daemon = start_daemon(config_path, log, port)
-        wanted = {f"public.{t}" for t in tables}
-        wait_caught_up(port, {"search", "cache"}, wanted, log)
-        url = f"http://127.0.0.1:{port}/"
+        with running_daemon(config_path, log, port) as daemon:
+            wanted = {f"public.{t}" for t in tables}
+            wait_caught_up(port, {"search", "cache"}, wanted, log)
+            url = f"http://127.0.0.1:{port}/"
 
-        dom = browse(url, tmp_path / "chromium", "--dump-dom")
-        assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
-        text = text_of(dom.stdout.decode())
-        for follower in ("search", "cache"):
-            assert re.search(rf"\b{follower} running \d+ restarts? · 0 offsets behind", text), text
-        for table in wanted:  # a row per follower: table, source, state, offsets, seconds behind, freshness
-            row = rf"{re.escape(table)} {source} caught up 0 0 s (committed [\d.]+ (s|min) ago|–)"
-            assert len(re.findall(row, text)) == 2, (row, text)
-        assert re.search(rf"{source} postgres (idle|capturing) [\d.]+ s [\d.]+ s cdcsync_{source} [\d.]+ \S+", text), (
-            text
-        )
+            dom = browse(url, tmp_path / "chromium", "--dump-dom")
+            assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
+            text = text_of(dom.stdout.decode())
+            for follower in ("search", "cache"):
+                assert re.search(rf"\b{follower} running \d+ restarts? · 0 offsets behind", text), text
+            for table in wanted:  # a row per follower: table, source, state, offsets, seconds behind, freshness
+                row = rf"{re.escape(table)} {source} caught up 0 0 s (committed [\d.]+ (s|min) ago|–)"
+                assert len(re.findall(row, text)) == 2, (row, text)
+            assert re.search(
+                rf"{source} postgres (idle|capturing) [\d.]+ s [\d.]+ s cdcsync_{source} [\d.]+ \S+", text
+            ), text
 
-        shot = tmp_path / "lag-page.png"
-        done = browse(url, tmp_path / "chromium", f"--screenshot={shot}")
-        assert done.returncode == 0 and shot.exists(), done.stderr.decode(errors="replace")[-2000:]
-        png = shot.read_bytes()
-        assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1200, 800)
-        assert len(png) > 20_000, "a blank page compresses to a few KiB"
-
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(120) == 0, log.read_text(errors="replace")[-3000:]
-        daemon = None
+            shot = tmp_path / "lag-page.png"
+            done = browse(url, tmp_path / "chromium", f"--screenshot={shot}")
+            assert done.returncode == 0 and shot.exists(), done.stderr.decode(errors="replace")[-2000:]
+            png = shot.read_bytes()
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1200, 800)
+            assert len(png) > 20_000, "a blank page compresses to a few KiB"
+            stop_daemon(daemon, log)
     finally:
-        if daemon is not None:
-            os.killpg(daemon.pid, signal.SIGKILL)
         drop_capture(config)
         drop_stores(config, tag)
         for table in tables:
