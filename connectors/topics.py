@@ -11,6 +11,13 @@ heartbeat topic is compacted too. The MariaDB schema-history topic must never lo
 one partition, delete policy, infinite retention. An existing topic whose
 cleanup policy is wrong is reported, not silently changed: compacting a topic
 that consumers treat as a full history would lose data.
+
+A table topic has ``topic_partitions`` partitions. The producer puts a record
+in partition ``murmur2(key) % partitions`` (Kafka's built-in partitioner; the
+key is the primary key), so each key's changes stay in one partition, in
+order. An existing table topic with another count is reported and left as it
+is (``partition_notes``): Kafka can only add partitions, and adding them sends
+a key's later changes to another partition than its earlier ones.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class TopicSpec:
     name: str
     partitions: int
     config: dict[str, str]
+    table_of: str | None = None  # the source whose table's changes it holds, keyed by primary key; None: other
 
 
 def table_topic_config(source: SourceConfig) -> dict[str, str]:
@@ -47,7 +55,7 @@ def table_topic_config(source: SourceConfig) -> dict[str, str]:
 
 def topic_specs(source: SourceConfig) -> list[TopicSpec]:
     table_config = table_topic_config(source)
-    specs = [TopicSpec(source.topic(t), source.topic_partitions, table_config) for t in source.tables]
+    specs = [TopicSpec(source.topic(t), source.topic_partitions, table_config, source.name) for t in source.tables]
     specs.append(TopicSpec(source.heartbeat_topic, 1, COMPACT))
     # Signals and the snapshot windows' watermarks (connectors.signals): nobody follows them.
     specs.append(TopicSpec(source.topic(source.signal_table), 1, {"cleanup.policy": "delete", "retention.ms": DAY_MS}))
@@ -63,17 +71,45 @@ def admin(config: Config) -> AbstractContextManager[AdminClient]:
     return kafka.admin({**config.kafka.client_config(), "socket.timeout.ms": 10000})
 
 
-def existing_topics(client: AdminClient) -> set[str]:
+def partition_counts(client: AdminClient) -> dict[str, int]:
+    """Every existing topic and its number of partitions."""
     try:
-        return set(client.list_topics(timeout=15).topics)
+        return {name: len(topic.partitions) for name, topic in client.list_topics(timeout=15).topics.items()}
     except KafkaException as err:
         raise RetryableError(f"Kafka unreachable: {err}") from None
+
+
+def existing_topics(client: AdminClient) -> set[str]:
+    return set(partition_counts(client))
+
+
+def partition_notes(specs: list[TopicSpec], counts: dict[str, int]) -> list[str]:
+    """One line per existing table topic whose partition count is not its source's ``topic_partitions``.
+
+    The topic is left as it is. Adding partitions to it would change ``murmur2(key) % partitions`` for most
+    keys: a key's later changes would go to another partition than its earlier ones, in no order with them,
+    and compaction would keep the key's last record in its old partition for ever (a deleted row would come
+    back in a rebuild from the topics). New partitions need new topics, filled by a new snapshot.
+    """
+    notes = []
+    for spec in specs:
+        have = counts.get(spec.name)
+        if spec.table_of is None or have is None or have == spec.partitions:
+            continue
+        notes.append(
+            f"topic {spec.name}: has {have} partition(s), source {spec.table_of} asks for {spec.partitions} "
+            "(topic_partitions); left as it is: partitions added to a topic move keys away from their earlier "
+            'changes. New topics, a new snapshot and a bootstrap of each follower do it (docs/capture.md, "Table '
+            'topics and their partitions")'
+        )
+    return notes
 
 
 def ensure_topics(config: Config, specs: list[TopicSpec]) -> list[str]:
     """Create missing topics; return one line per action taken. Raise if an existing topic is not as required."""
     with admin(config) as client:
-        present = existing_topics(client)
+        counts = partition_counts(client)
+        present = set(counts)
         actions, missing = [], [s for s in specs if s.name not in present]
         if missing:
             futures = client.create_topics(
@@ -116,7 +152,7 @@ def ensure_topics(config: Config, specs: list[TopicSpec]) -> list[str]:
                 if differ:
                     corrections[resource.name] = differ
             actions += _correct(client, corrections)
-        return actions
+        return actions + partition_notes(specs, counts)
 
 
 def _correct(client: AdminClient, corrections: dict[str, dict[str, tuple[str, str]]]) -> list[str]:

@@ -131,6 +131,7 @@ class Record:
     offset: int
     key: Any
     value: Any  # None for a tombstone
+    partition: int = 0
 
     @property
     def op(self) -> str | None:
@@ -138,7 +139,10 @@ class Record:
 
 
 def read_topic(topic: str, done: Callable[[list[Record]], bool], timeout: float = 90) -> list[Record]:
-    """Read a single-partition topic from the start until ``done(records)`` holds; fail after ``timeout``."""
+    """Read every partition of a topic from the start until ``done(records)`` holds; fail after ``timeout``.
+
+    Records come in offset order per partition (a topic of one partition: in offset order).
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": f"127.0.0.1:{ENV['KAFKA_PORT']}",
@@ -147,7 +151,8 @@ def read_topic(topic: str, done: Callable[[list[Record]], bool], timeout: float 
             "auto.offset.reset": "earliest",
         }
     )
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions or {0: None}
+    consumer.assign([TopicPartition(topic, p, 0) for p in sorted(partitions)])
     records: list[Record] = []
     deadline = time.monotonic() + timeout
     try:
@@ -165,6 +170,7 @@ def read_topic(topic: str, done: Callable[[list[Record]], bool], timeout: float 
                         msg.offset(),
                         json.loads(msg.key()) if msg.key() else None,
                         json.loads(msg.value()) if msg.value() is not None else None,
+                        msg.partition(),
                     )
                 )
     finally:

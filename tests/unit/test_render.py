@@ -6,7 +6,7 @@ import re
 
 from cdcsync.config import Config
 from cdcsync.connectors.render import redact, render
-from cdcsync.connectors.topics import topic_specs
+from cdcsync.connectors.topics import partition_notes, topic_specs
 
 
 def config(**source: object) -> Config:
@@ -60,6 +60,18 @@ def test_topics_are_compacted_and_schema_history_is_kept_forever() -> None:
     history = specs["_cdcsync_schema_history.src"]
     assert (history.partitions, history.config["cleanup.policy"], history.config["retention.ms"]) == (1, "delete", "-1")
     assert "_cdcsync_schema_history.src" not in {s.name for s in topic_specs(config().sources[0])}
+
+
+def test_a_table_topic_of_another_partition_count_is_reported_and_left_alone() -> None:
+    specs = topic_specs(config(topic_partitions=4).sources[0])
+    counts = {s.name: 1 for s in specs}  # every topic made before, with one partition
+    notes = partition_notes(specs, counts)
+    assert [n.split(":")[0] for n in notes] == ["topic src.public.a_b", "topic src.public.c"]  # tables only
+    assert "has 1 partition(s), source src asks for 4" in notes[0] and "left as it is" in notes[0]
+    assert partition_notes(specs, {**counts, "src.public.a_b": 4, "src.public.c": 4}) == []
+    assert partition_notes(specs, {}) == []  # none there yet: created with 4
+    more = partition_notes(topic_specs(config().sources[0]), {"src.public.c": 6})  # partitions added by hand
+    assert len(more) == 1 and "has 6 partition(s), source src asks for 1" in more[0]
 
 
 def test_table_topics_keep_changes_uncompacted_for_the_source_horizon() -> None:
