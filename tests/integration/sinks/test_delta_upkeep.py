@@ -28,7 +28,7 @@ def spark(stack_up: None) -> Iterator[Any]:
     yield spark_session("cdcsync-test-delta-sink", conf=conf)  # the run's session (getOrCreate)
 
 
-def churned(spark: Any, path: str, merges: int = 6) -> list[Any]:
+def churned(spark: Any, path: str, merges: int = 4) -> list[Any]:
     """A table of ROWS rows in 16 files, then ``merges`` MERGEs of 300 scattered updates; its rows after."""
     spark.conf.set("spark.databricks.delta.autoCompact.enabled", "false")
     try:
