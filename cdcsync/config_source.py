@@ -65,7 +65,12 @@ class SourceConfig(_Strict):
     slot: str | None = Field(None, pattern=NAME_PATTERN, description="postgres replication slot")
     publication: str | None = Field(None, pattern=NAME_PATTERN, description="postgres publication")
     server_id: int | None = Field(None, ge=1, le=2**32 - 1, description="mariadb replica server id")
-    topic_partitions: int = Field(1, ge=1, description="partitions of each table topic cdcsync creates")
+    topic_partitions: int = Field(
+        1,
+        ge=1,
+        description="partitions of each table topic cdcsync creates: keys hash to them, each key's changes stay in "
+        "order in one, and followers read them in parallel (docs/capture.md); set before the first apply",
+    )
     heartbeat_interval_ms: int = Field(
         5000, ge=100, description="Debezium's heartbeat: how often capture shows it is alive when no table changes"
     )
