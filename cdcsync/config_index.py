@@ -12,8 +12,8 @@ from pydantic import Field, JsonValue, field_validator
 
 from cdcsync.config_base import Strict as _Strict
 
-# The fields of an Elasticsearch document that cdcsync writes itself (sync/sinks/elasticsearch.py): the version, and
-# a delete marker's flag and time. Its readers, its apply rule and the marker purge rely on them as they are.
+# The fields of an Elasticsearch document that cdcsync writes itself (sync/sinks/elasticsearch_fields.py): the version,
+# and a delete marker's flag and time. Its readers, its apply rule and the marker purge rely on them as they are.
 INDEX_OWN_FIELDS = ("cdcsync_version", "cdcsync_deleted", "cdcsync_deleted_at")
 # Index settings that have a key of their own in `index:`: one place each, so a change is seen and applied.
 INDEX_COUNTS = {"index.number_of_shards": "shards", "index.number_of_replicas": "replicas"}

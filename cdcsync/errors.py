@@ -9,7 +9,7 @@ message says what is wrong and how to fix it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 
 class CdcsyncError(Exception):
@@ -31,6 +31,8 @@ class FatalError(CdcsyncError):
 # How one kind of client's failure is taken: ``rule(err, what)`` is the RetryableError or FatalError that
 # ``err``, met while doing ``what``, is; or None for a failure the rule does not know (it stays as it is).
 ErrorRule = Callable[[Exception, str], Exception | None]
+# A sink's ``_errors``: ``with errors(what):`` raises a failure of the block as the sink's rule makes it (``mapped``).
+Errors = Callable[[str], AbstractContextManager[None]]
 
 
 @contextmanager

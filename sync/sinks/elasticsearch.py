@@ -11,20 +11,10 @@ Layout per target ``T`` (``P`` is the sink's ``index_prefix``):
 - an alias ``PT``, its write index, filtered to hide delete markers. Writes and
   readers use the alias, so a reindex can build ``-000002`` and swap it atomically.
 
-Generations (``stage``/``publish``): ``stage`` deletes every ``PT-NNNNNN``
-the alias does not point to (an earlier stage never published) and creates
-the next number, with the settings and mappings configured now, without the
-alias: readers cannot see it, and this sink instance writes and reads it by its concrete
-name. Nobody searches it, so it is filled the way a bulk load is: with
-``refresh_interval: -1`` (no refresh, no segment per second to merge later).
-``publish`` puts the index's own ``refresh_interval`` back and reads it back
-(a staged index left without refreshes is refused), refreshes it (so the
-first search after the switch sees all of it), then moves the alias, filter and write flag included, in ONE
-``_aliases`` request for every staged target: a reader resolves an alias to the old index or to the
-new one, never to none or both, and sees all targets switch together. After ``DROP_GRACE_S`` (requests
-that resolved an alias just before the swap finish on the old index), waited once per publish and not
-once per target (``python -m bench.publish``), the old indexes are deleted. A new follower has no
-alias until its first publish.
+Generations (``stage``/``publish``, ``elasticsearch_generations``): a bootstrap or reindex fills a new index
+``PT-000002`` that no alias points to, then moves every staged target's alias to its new index in ONE
+``_aliases`` request: a reader resolves an alias to the old index or to the new one, never to none or both, and
+sees all targets switch together. The old indexes are deleted after a grace.
 
 Guarantees (``cdcsync.sync.sink``):
 
@@ -41,7 +31,7 @@ Guarantees (``cdcsync.sync.sink``):
   reindex, built from a bootstrap, drops them. The alias filter hides markers
   from search, count and point in time; it does **not** apply to GET/mget by
   id, so a reader fetching by id must check ``cdcsync_deleted``.
-- **Errors** (``elasticsearch_errors.classify_item``; the sink contract's rule: only an error
+- **Errors** (``elasticsearch_errors``; the sink contract's rule: only an error
   about that one document rejects it, every other one stops the batch):
 
   ==============  ======================================================
@@ -80,54 +70,33 @@ Guarantees (``cdcsync.sync.sink``):
 from __future__ import annotations
 
 import logging
-import math
-import re
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, suppress
-from typing import Any, cast
+from contextlib import AbstractContextManager
+from typing import Any
 
-import orjson
-from elastic_transport import ConnectionError as TransportConnectionError
-from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError, mapped
-from cdcsync.sync.mapping import Row, TableMapping, scalar_text
-from cdcsync.sync.sink import Generations, WriteResult, batched, redact_url
+from cdcsync.sync.mapping import Row, TableMapping
+from cdcsync.sync.sink import Generations, WriteResult, redact_url
+from cdcsync.sync.sinks import elasticsearch_bulk as bulk
+from cdcsync.sync.sinks import elasticsearch_reads as reads
 from cdcsync.sync.sinks import secret
-from cdcsync.sync.sinks.elasticsearch_errors import (
-    RETRYABLE_STATUS,
-    RETRYABLE_TYPES,
-    classify_item,
-    error_type,
-    reason,
+from cdcsync.sync.sinks.elasticsearch_errors import error_type, reason, root
+from cdcsync.sync.sinks.elasticsearch_fields import by_target
+from cdcsync.sync.sinks.elasticsearch_generations import (
+    FIRST_GENERATION,
+    behind,
+    drop_old,
+    next_generation,
+    swap_aliases,
 )
-from cdcsync.sync.sinks.elasticsearch_fields import properties
 from cdcsync.sync.sinks.elasticsearch_index import Drift, IndexSpecs, bring_live, drift_recorder, report
-from cdcsync.sync.sinks.elasticsearch_markers import DELETED_AT_FIELD, DELETED_AT_MAPPING, DELETED_FIELD, Purged, purge
+from cdcsync.sync.sinks.elasticsearch_markers import HIDE_MARKERS, Purged, purge
 
 log = logging.getLogger(__name__)
-
-VERSION_FIELD = "cdcsync_version"
-OWN_FIELDS = (VERSION_FIELD, DELETED_FIELD, DELETED_AT_FIELD)  # cdcsync.config.INDEX_OWN_FIELDS
-FIRST_GENERATION = "000001"
-CHUNK_ROWS = 1000
-CHUNK_BYTES = 8 * 1024 * 1024  # far below http.max_content_length (100 MB): bounded memory on both ends
-PAGE = 1000
-SCAN_BYTES = 8 * 1024 * 1024  # a scan page's documents, about, past its first
-SCAN_PAGES = (100, 5000)  # the fewest and the most documents of a scan page past its first
-DROP_GRACE_S = 3.0  # publish: how long requests that resolved the alias to the old index get to finish
-NAMES_PER_REQUEST = 2000  # characters of index names per delete: the request line stays under ES's 4 KB
-
-NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-# What _bulk reads of a bulk answer: per item its status and error. The whole answer is ~200 bytes per
-# document (index, id, version, shards, seq_no ...), which Elasticsearch writes and the client parses.
-BULK_ANSWER = "items.*.status,items.*.error"
-HIDE_MARKERS = {"bool": {"must_not": {"term": {DELETED_FIELD: True}}}}
-MAX_ID_BYTES = 512  # longer: ES fails the WHOLE bulk request (action_request_validation_exception)
 
 
 def client_options(follower: FollowerConfig) -> dict[str, Any]:
@@ -219,27 +188,16 @@ class ElasticsearchSink:
 
     def learn(self, mapping: TableMapping) -> None:
         """Put the new fields' explicit mapping before documents bring them (dynamic mapping would guess)."""
-        for target, props in self._targets([mapping]).items():
+        for target, props in by_target([mapping]).items():
             with self._errors(f"open {self.alias(target)}"):
                 self._ensure(target, props, check=False)
 
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Create each target's index and alias if missing; bring existing ones to the fields and settings
         configured where they can be, and report what only a new index takes (``elasticsearch_index``)."""
-        for target, props in self._targets(mappings).items():
+        for target, props in by_target(mappings).items():
             with self._errors(f"open {self.alias(target)}"):
                 self._ensure(target, props, check=True)
-
-    def _targets(self, mappings: Sequence[TableMapping]) -> dict[str, dict[str, Any]]:
-        properties: dict[str, dict[str, Any]] = defaultdict(dict)
-        for mapping in mappings:  # several tables may feed one target
-            properties[mapping.target].update(self._properties(mapping))
-        return properties
-
-    @staticmethod
-    def _properties(mapping: TableMapping) -> dict[str, Any]:
-        own = {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}}
-        return properties(mapping, {**own, DELETED_AT_FIELD: DELETED_AT_MAPPING})
 
     def _ensure(self, target: str, props: dict[str, Any], check: bool) -> None:
         """The target's live index and alias as configured; ``check``: its settings too, drift reported."""
@@ -294,42 +252,10 @@ class ElasticsearchSink:
             log.warning("sink=%s refresh after the batch failed (the index refreshes itself later): %s", self.name, err)
 
     def forget(self, target: str, fields: Sequence[str]) -> None:
-        """Remove ``fields`` from every document of ``target`` (DROP COLUMN), at the version each one has.
-
-        Rounds of a search for documents still holding one of the fields, each
-        written back without them with ``version_type=external_gte`` and its
-        own version: the apply rule's order is untouched, and a document
-        changed meanwhile (a higher version) is left to that change. The
-        mapping keeps the fields (Elasticsearch cannot remove one); no
-        document has them.
-        """
+        """Remove ``fields`` from every document of ``target`` (DROP COLUMN), at the version each one has
+        (``elasticsearch_bulk.drop_fields``)."""
         index = self.index_of(target)
-        holding = {"bool": {"should": [{"exists": {"field": f}} for f in fields], "minimum_should_match": 1}}
-        removed = 0
-        while True:
-            with self._errors(f"refresh {index}"):
-                self._client.indices.refresh(index=index)
-            with self._errors(f"search {index}"):
-                found = self._client.search(index=index, query=holding, size=PAGE, version=True)
-            hits = found["hits"]["hits"]
-            if not hits:
-                break
-            operations: list[dict[str, Any]] = []
-            for hit in hits:
-                doc = {k: v for k, v in hit["_source"].items() if k not in fields}
-                operations += [
-                    {"index": {"_index": hit["_index"], "_id": hit["_id"], "version": hit["_version"],
-                               "version_type": "external_gte"}},
-                    doc,
-                ]  # fmt: skip
-            with self._errors(f"bulk {index}"):
-                answer = self._client.bulk(operations=operations, filter_path=BULK_ANSWER)
-            statuses = [next(iter(item.values()))["status"] for item in answer.get("items", [])]
-            done = sum(1 for s in statuses if s < 300)
-            failed = [s for s in statuses if s >= 300 and s != 409]
-            if failed or not done:
-                raise RetryableError(f"index {index}: removing fields {list(fields)} failed (statuses {failed[:5]})")
-            removed += done
+        removed = bulk.drop_fields(self._client, index, fields, self._errors)
         log.info("index=%s dropped_fields=%s documents=%d", index, list(fields), removed)
 
     def _create(
@@ -358,153 +284,41 @@ class ElasticsearchSink:
         self.generations = Generations(staged)
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
-        """Create the next generation of each target's index, without the alias (module docstring)."""
-        for target, props in self._targets(mappings).items():
+        """Create the next generation of each target's index, without the alias (``elasticsearch_generations``)."""
+        for target, props in by_target(mappings).items():
             with self._errors(f"stage {self.alias(target)}"):
-                self.generations.stage(target, self._stage_one(target, props))
-
-    def _stage_one(self, target: str, props: dict[str, Any]) -> str:
-        alias = self.alias(target)
-        if self._client.indices.exists(index=alias) and not self._client.indices.exists_alias(name=alias):
-            raise FatalError(f"{alias} is a concrete index, not an alias (auto-created?); delete it and reindex")
-        generations, live = self._generations(alias), self._behind(alias)
-        for leftover in sorted(set(generations) - set(live)):  # an earlier stage that was never published
-            self._client.indices.delete(index=leftover)
-        index = f"{alias}-{max(generations.values(), default=0) + 1:06d}"
-        self._create(index, target, props, fill=True)
-        return index
-
-    def _generations(self, alias: str) -> dict[str, int]:
-        """Every generation's index of the alias's layout, ``<alias>-NNNNNN`` -> N (other targets' never match)."""
-        found = self._client.indices.get(index=f"{alias}-*", expand_wildcards="open,closed", allow_no_indices=True)
-        pattern = re.compile(re.escape(alias) + r"-(\d{6})")
-        return {name: int(m.group(1)) for name in found if (m := pattern.fullmatch(name))}
-
-    def _behind(self, alias: str) -> list[str]:
-        if not self._client.indices.exists_alias(name=alias):
-            return []
-        return sorted(self._client.indices.get_alias(name=alias))
+                index = next_generation(self._client, self.alias(target))
+                self._create(index, target, props, fill=True)
+                self.generations.stage(target, index)
 
     def publish(self) -> None:
         """Move every staged target's alias to its new index in one request, then drop the old indexes.
 
         One ``_aliases`` request for all targets: readers see every target switch at once, and a
-        bootstrap of many tables waits out ``DROP_GRACE_S`` once, not once per table.
+        bootstrap of many tables waits out ``DROP_GRACE_S`` once, not once per table (``elasticsearch_generations``).
         """
-        staged = dict(self.generations.items())
+        staged = {self.alias(t): (index, self.indexes.of(t).refresh_interval) for t, index in self.generations.items()}
         if not staged:
             return
-        for target, generation in staged.items():
-            with self._errors(f"publish {generation}"):
-                self._ready(target, generation)
-        actions: list[dict[str, Any]] = []
-        old: list[str] = []
-        for target, generation in staged.items():
-            alias = self.alias(target)
-            with self._errors(f"publish {generation}"):
-                behind = [index for index in self._behind(alias) if index != generation]
-            actions += [{"remove": {"index": index, "alias": alias}} for index in behind]
-            shown = {"index": generation, "alias": alias, "is_write_index": True, "filter": HIDE_MARKERS}
-            actions.append({"add": shown})
-            old += behind
-        names = ", ".join(staged.values())
-        with self._errors(f"publish {names}"):
-            self._client.indices.update_aliases(actions=actions)  # atomic for readers
+        old = swap_aliases(self._client, staged, self._errors)
         self.generations.clear()
-        if old:
-            time.sleep(DROP_GRACE_S)
-            for chunk in _name_lists(old):
-                with self._errors(f"dropping {chunk}"):
-                    self._client.indices.delete(index=chunk)
-
-    def _ready(self, target: str, index: str) -> None:
-        """Put a staged index's own refresh interval back, check it, and refresh it (module docstring)."""
-        wanted = self.indexes.of(target).refresh_interval
-        self._client.indices.put_settings(index=index, settings={"index": {"refresh_interval": wanted}})
-        now = self._client.indices.get_settings(index=index, name="index.refresh_interval", flat_settings=True)
-        found = now.get(index, {}).get("settings", {}).get("index.refresh_interval")  # none listed: the default
-        if found != wanted:  # None on both sides: the server's default
-            raise RetryableError(f"{index}: refresh_interval is {found!r} after restoring it to {wanted!r}")
-        self._client.indices.refresh(index=index)
+        drop_old(self._client, old, self._errors)
 
     def purge_markers(self, target: str, horizon_s: float, now: float | None = None) -> Purged:
         """Remove the live index's delete markers written more than ``horizon_s`` ago (``elasticsearch_markers``)."""
         alias = self.alias(target)
         with self._errors(f"purge delete markers of {alias}"):
-            return purge(self._client, self._behind(alias), horizon_s, time.time() if now is None else now)
+            return purge(self._client, behind(self._client, alias), horizon_s, time.time() if now is None else now)
 
     # ------------------------------------------------------------------ write
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
-        """Apply a batch of last-per-key rows in bulk requests of at most CHUNK_ROWS rows / CHUNK_BYTES."""
-        result = WriteResult()
-        chunk: list[tuple[Row, bytes, bytes]] = []
-        size = 0
-        marked_at = int(time.time() * 1000)  # a delete marker's time: the purge keeps it a compaction horizon
-        for row in rows:
-            try:
-                action, source = self._encode(row, marked_at)
-            except (TypeError, ValueError) as err:  # NaN, a lone surrogate, a reserved field name
-                result.rejected.append((row, f"cannot be sent to elasticsearch: {err}"))
-                continue
-            if chunk and (len(chunk) >= CHUNK_ROWS or size + len(action) + len(source) > CHUNK_BYTES):
-                result = result.merge(self._bulk(chunk))
-                chunk, size = [], 0
-            chunk.append((row, action, source))
-            size += len(action) + len(source)
-        if chunk:
-            result = result.merge(self._bulk(chunk))
-        return result  # the follower logs the batch's counts
+        """Apply a batch of last-per-key rows in bulk requests of at most CHUNK_ROWS rows / CHUNK_BYTES (``bulk``)."""
+        return bulk.write(self._client, rows, self._where, self._errors, self._item_error)  # the follower logs it
 
-    def _encode(self, row: Row, marked_at: int) -> tuple[bytes, bytes]:
-        # require_alias: if the alias vanished, fail instead of auto-creating an unmapped index.
-        # A staged index is written by its concrete name; it exists, stage() created it.
-        id_bytes = len(row.doc_id.encode())  # a lone surrogate raises here too (UnicodeEncodeError)
-        if id_bytes > MAX_ID_BYTES:
-            raise ValueError(f"document id of {id_bytes} bytes; elasticsearch takes at most {MAX_ID_BYTES} bytes")
-        ident = {
-            "_index": self.index_of(row.target),
-            "_id": row.doc_id,
-            "require_alias": row.target not in self.generations,
-        }
-        action = {"index": {**ident, "version": row.version, "version_type": "external"}}
-        if row.doc is None:
-            source: dict[str, Any] = {DELETED_FIELD: True, VERSION_FIELD: row.version, DELETED_AT_FIELD: marked_at}
-        else:
-            source = self.stored_form(row.doc)
-            if VERSION_FIELD in source or DELETED_FIELD in source or DELETED_AT_FIELD in source:
-                raise ValueError(f"fields {', '.join(OWN_FIELDS)} are reserved for cdcsync")
-            if any(isinstance(v, float) and not math.isfinite(v) for v in source.values()):
-                raise ValueError("NaN and Infinity have no JSON form")  # orjson would write null
-            source[VERSION_FIELD], source[DELETED_FIELD] = row.version, False
-        # orjson: a tenth of json's time per document; a lone surrogate raises (TypeError), as it should.
-        return orjson.dumps(action), orjson.dumps(source)
-
-    def _bulk(self, chunk: list[tuple[Row, bytes, bytes]]) -> WriteResult:
-        lines = [line for _row, action, source in chunk for line in (action, source)]
-        try:
-            # The client passes pre-encoded NDJSON lines through; its type hint only knows dicts.
-            with self._errors("bulk"):
-                response = self._client.bulk(operations=cast(Any, lines), filter_path=BULK_ANSWER)
-        except _TooLarge:
-            if len(chunk) == 1:
-                return WriteResult(rejected=[(chunk[0][0], "request entity too large (http.max_content_length)")])
-            half = len(chunk) // 2
-            return self._bulk(chunk[:half]).merge(self._bulk(chunk[half:]))
-        result = WriteResult()
-        for (row, _action, _source), item in zip(chunk, response["items"], strict=True):
-            outcome = item["index"]
-            error, status = outcome.get("error"), outcome["status"]
-            kind = classify_item(status, error)
-            if kind == "applied":
-                result.applied += 1
-            elif kind == "older":  # the store holds this version or a newer one
-                result.older += 1
-            elif kind == "reject":
-                result.rejected.append((row, reason(error or {})))
-            else:
-                raise self._item_error(kind, status, error or {}, row.target)
-        return result
+    def _where(self, target: str) -> tuple[str, bool]:
+        """The index ``target``'s rows are written to, and whether it must be an alias (not when staged)."""
+        return self.index_of(target), target not in self.generations
 
     def _item_error(self, kind: str, status: int, error: dict[str, Any], target: str) -> Exception:
         """The error that stops a batch for an item Elasticsearch refused for a reason not about its row."""
@@ -532,70 +346,16 @@ class ElasticsearchSink:
         return {ident: (version, doc) for ident, version, doc in self.scan(target)}
 
     def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """Every live document at one point in time, a page at a time: ``(id, version, doc)``.
-
-        The first page is ``PAGE`` documents; the next ones hold about ``SCAN_BYTES`` of JSON by the first
-        page's documents' size, within ``SCAN_PAGES``: a million narrow documents read 2x faster in pages of
-        5,000 than of 1,000, and a page of 5,000 wide ones (60 KB) would be 300 MB.
-        """
-        alias = self.index_of(target)
-        if target in self.generations:
-            with self._errors("check index"):
-                exists = self._client.indices.exists(index=alias)
-        else:
-            with self._errors("check alias"):
-                exists = self._client.indices.exists_alias(name=alias)
-        if not exists:
-            return
-        with self._errors("refresh"):
-            self._client.indices.refresh(index=alias)
-        with self._errors("open point in time"):
-            pit_id = self._client.open_point_in_time(index=alias, keep_alive="2m")["id"]
-        search_after: list[Any] | None = None
-        size = PAGE
-        try:
-            while True:
-                with self._errors("search"):
-                    page = self._client.search(
-                        pit={"id": pit_id, "keep_alive": "2m"},
-                        query=HIDE_MARKERS,  # the point in time keeps the alias filter; this says it once more
-                        sort=[{"_shard_doc": "asc"}],
-                        size=size,
-                        version=True,
-                        track_total_hits=False,
-                        search_after=search_after,
-                    )
-                pit_id, hits = page["pit_id"], page["hits"]["hits"]
-                for hit in hits:
-                    doc = {k: v for k, v in hit["_source"].items() if k not in (VERSION_FIELD, DELETED_FIELD)}
-                    yield hit["_id"], hit["_version"], doc
-                if len(hits) < size:
-                    return
-                if search_after is None:  # sized by the first page's documents
-                    each = max(1, sum(len(orjson.dumps(hit["_source"])) for hit in hits) // len(hits))
-                    size = min(max(SCAN_BYTES // each, SCAN_PAGES[0]), SCAN_PAGES[1])
-                search_after = hits[-1]["sort"]
-        finally:
-            # Best effort: an unclosed point in time expires by itself after its keep_alive.
-            with suppress(ApiError, TransportConnectionError, ConnectionTimeout):
-                self._client.close_point_in_time(id=pit_id)
+        """Every live document at one point in time, a page at a time: ``(id, version, doc)`` (``reads.scan``)."""
+        yield from reads.scan(self._client, self.index_of(target), target in self.generations, self._errors)
 
     def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """The live documents of these ids (real-time gets, ``PAGE`` ids a request): ``(id, version, doc)``."""
-        index = self.index_of(target)
-        for chunk in batched(ids, PAGE):
-            with self._errors("get documents"):
-                found = self._client.mget(index=index, ids=list(chunk), realtime=True)["docs"]
-            for hit in found:
-                source = hit.get("_source")
-                if not hit.get("found") or source is None or source.get(DELETED_FIELD):
-                    continue
-                doc = {k: v for k, v in source.items() if k not in (VERSION_FIELD, DELETED_FIELD)}
-                yield hit["_id"], hit["_version"], doc
+        """The live documents of these ids (real-time gets, ``reads.PAGE`` ids a request): ``(id, version, doc)``."""
+        yield from reads.lookup(self._client, self.index_of(target), ids, self._errors)
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as JSON, as ``_source`` stores and returns it."""
-        return {field: _json_safe(value) for field, value in doc.items()}
+        return bulk.stored_form(doc)
 
     def close(self) -> None:
         self._client.close()
@@ -607,49 +367,4 @@ class ElasticsearchSink:
 
     def _mapped(self, err: Exception, what: str) -> Exception | None:
         """A client failure met during ``what`` as one of the two error roots (``cdcsync.errors.mapped``)."""
-        if isinstance(err, TlsError):
-            return FatalError(f"elasticsearch {self.url}: TLS failed ({err}); check the URL scheme and CA")
-        if isinstance(err, TransportConnectionError | ConnectionTimeout):
-            return RetryableError(f"elasticsearch {self.url} unreachable during {what}: {err}")
-        if not isinstance(err, ApiError):
-            return None
-        status = err.meta.status
-        if status == 413:
-            return _TooLarge()
-        if status in RETRYABLE_STATUS or error_type(err.body) in RETRYABLE_TYPES:
-            return RetryableError(f"elasticsearch {self.url} refused {what} ({status}): {err}")
-        return FatalError(f"elasticsearch {self.url}: {what} failed ({status}): {err}")
-
-
-class _TooLarge(Exception):
-    """HTTP 413: the bulk body exceeds the server's http.max_content_length."""
-
-
-_PLAIN = frozenset({str, int, float, bool})
-
-
-def _name_lists(names: Sequence[str]) -> Iterator[str]:
-    """``names`` as comma-separated lists of at most ~NAMES_PER_REQUEST characters each."""
-    chunk: list[str] = []
-    size = -1  # the joined length: a comma before each name but the first
-    for name in names:
-        if chunk and size + 1 + len(name) > NAMES_PER_REQUEST:
-            yield ",".join(chunk)
-            chunk, size = [], -1
-        chunk.append(name)
-        size += 1 + len(name)
-    if chunk:
-        yield ",".join(chunk)
-
-
-def _json_safe(value: Any) -> Any:
-    if value is None or type(value) in _PLAIN:  # most columns: nothing to convert
-        return NON_FINITE[str(value)] if type(value) is float and not math.isfinite(value) else value
-    text = scalar_text(value)
-    if text is not None:
-        return text
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
+        return root(err, what, self.url)

@@ -1,15 +1,22 @@
-"""How the Elasticsearch sink takes an error: the statuses and types, ``classify_item``.
+"""How the Elasticsearch sink takes an error: the statuses and types, ``classify_item``, and the two error roots.
 
 The Elasticsearch sink's module docstring has the table. Only REJECTED_TYPES
 (and an ``illegal_argument_exception`` about a field or mapping) are about one
 document; every other answer stops the batch, and an answer not listed anywhere
 is retried, then stops the follower (``Follower.max_attempts``): never a dead letter.
+A failure of a whole request is taken by ``root``.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout, TlsError
+from elasticsearch import ApiError
+
+from cdcsync.errors import FatalError, RetryableError
 
 # Server trouble that passes: a retry of the whole batch can succeed.
 RETRYABLE_STATUS = {429, 502, 503, 504}
@@ -59,3 +66,23 @@ def reason(error: dict[str, Any]) -> str:
     text = f"{error.get('type')}: {error.get('reason')}"
     cause = error.get("caused_by")
     return f"{text} (caused by {cause.get('type')}: {cause.get('reason')})" if isinstance(cause, dict) else text
+
+
+class TooLarge(Exception):
+    """HTTP 413: the bulk body exceeds the server's http.max_content_length."""
+
+
+def root(err: Exception, what: str, url: str) -> Exception | None:
+    """A client failure met during ``what`` as one of the two error roots (``cdcsync.errors.mapped``)."""
+    if isinstance(err, TlsError):
+        return FatalError(f"elasticsearch {url}: TLS failed ({err}); check the URL scheme and CA")
+    if isinstance(err, TransportConnectionError | ConnectionTimeout):
+        return RetryableError(f"elasticsearch {url} unreachable during {what}: {err}")
+    if not isinstance(err, ApiError):
+        return None
+    status = err.meta.status
+    if status == 413:
+        return TooLarge()
+    if status in RETRYABLE_STATUS or error_type(err.body) in RETRYABLE_TYPES:
+        return RetryableError(f"elasticsearch {url} refused {what} ({status}): {err}")
+    return FatalError(f"elasticsearch {url}: {what} failed ({status}): {err}")

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from cdcsync.errors import FatalError
 from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.sinks.elasticsearch_markers import DELETED_AT_FIELD, DELETED_AT_MAPPING, DELETED_FIELD
+
+# The fields cdcsync writes in every document itself (the row's version, and the delete marker's): no row may hold them.
+VERSION_FIELD = "cdcsync_version"
+OWN_FIELDS = (VERSION_FIELD, DELETED_FIELD, DELETED_AT_FIELD)  # cdcsync.config.INDEX_OWN_FIELDS
 
 # Column type (sync.mapping.TYPES) -> field mapping. Types missing here stay dynamic.
 # A decimal is a double (range queries, sorting, aggregations) with its exact digits in ``<field>.exact``
@@ -94,3 +101,16 @@ def properties(mapping: TableMapping, own: dict[str, Any]) -> dict[str, Any]:
         if kind in FIELD_TYPES:
             props[name] = FIELD_TYPES[kind]
     return props
+
+
+def by_target(mappings: Sequence[TableMapping]) -> dict[str, dict[str, Any]]:
+    """Each target's explicit field mappings: its tables' columns and cdcsync's own fields (``with_own_fields``)."""
+    found: dict[str, dict[str, Any]] = defaultdict(dict)
+    for mapping in mappings:  # several tables may feed one target
+        found[mapping.target].update(with_own_fields(mapping))
+    return found
+
+
+def with_own_fields(mapping: TableMapping) -> dict[str, Any]:
+    own = {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}}
+    return properties(mapping, {**own, DELETED_AT_FIELD: DELETED_AT_MAPPING})

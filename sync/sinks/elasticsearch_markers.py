@@ -55,6 +55,7 @@ DELETED_AT_MAPPING: dict[str, Any] = {"type": "date", "format": "epoch_millis"}
 PAGE = 1000
 ANSWER = "items.*.status,items.*.error"
 MARKERS = {"term": {DELETED_FIELD: True}}
+HIDE_MARKERS = {"bool": {"must_not": {"term": {DELETED_FIELD: True}}}}  # every alias's filter: readers see no marker
 UNSTAMPED = {"bool": {"filter": [MARKERS], "must_not": [{"exists": {"field": DELETED_AT_FIELD}}]}}
 
 

@@ -26,7 +26,7 @@ Guarantees (``cdcsync.sync.sink``):
   over the older snapshot of it arriving later. Trade-off: markers are kept,
   one hash field (id + version, some tens of bytes) per deleted row, until a
   reindex replaces them with the staged generation's.
-- **Errors** (``redis_errors.classify``; the sink contract's rule: only an error about
+- **Errors** (``redis_errors``; the sink contract's rule: only an error about
   that one row rejects it, every other one stops the batch). A rejected row
   writes nothing: the script runs each command with ``redis.pcall`` and
   returns its error as that row's answer, and a row's reads come before its
@@ -57,44 +57,12 @@ Guarantees (``cdcsync.sync.sink``):
                      never rejected
   =================  ==========================================================
 
-Generations (``stage``/``publish``). Readers' key layout above is a
-contract, so a generation cannot be a new key prefix that readers switch to,
-nor a spare logical database switched with ``SWAPDB``: that swaps every key of
-the database, other followers' and other applications' prefixes included
-(docs/reindex.md). ``stage`` deletes every ``P~*`` key (an earlier stage never
-published), opens a **journal** ``P~written:T`` per staged target (a set), then
-this instance writes and reads ``P~G:T:<id>`` and ``P~G:_deleted:T`` (``G``
-from the clock), which no reader looks at. While a journal exists, the apply
-script of every writer (the running follower) adds each id it applies to it,
-in the same atomic call as the write. Everything the follower wrote before
-the journal existed came from offsets the staged generation is built past,
-so for an id not in the journal the staged state is the newer one, whatever
-the versions say. ``publish`` then makes each live target the staged
-generation plus the follower's writes since the stage, in two passes of script
-calls of many keys each. Rows are found by the server itself: each call SCANs
-on from the previous call's cursor (``PUBLISH_SCAN_COUNT`` keys) and treats
-what it found, so no key goes to the client and back (the promote pass took
-1.6-2x as long when the client scanned the keys and sent them back;
-``python -m bench.redis_publish``).
-Markers are read with HSCAN and sent back, pipelined in chunks:
-
-1. **purge**: a live row or live marker whose id has neither a staged row
-   nor a staged marker and is not in the journal is removed: an orphan (its
-   delete was compacted away and the old store missed it) or a stale marker;
-2. **promote**: each staged row is RENAMEd over the live key and each staged
-   marker replaces the live row and marker, unless the id is in the journal
-   with a newer live version (a tie goes to the staged state, which carries
-   the reindex's mapping). So markers are reset to the staged generation's,
-   and a mapping change reaches every row; then the journals go.
-
-What readers observe: each key switches atomically (a RENAME replaces it in
-one step, never absent in between), but not all keys at one instant; during
-publish some rows are already the rebuilt ones and others not yet. A row the
-source holds is never missing: the staged generation has it (it existed up
-to where the generation is built), or the follower wrote it since the stage
-(journal). A writer still running an apply script without the journal (a
-follower not restarted after an upgrade) is not seen: a key it wrote during
-the reindex can show its rebuilt state until the reindex's final catch-up.
+Generations (``stage``/``publish``, ``redis_generations``): a bootstrap or
+reindex writes a staged key space ``P~G`` that no reader looks at, while a
+journal per target notes the ids the running follower writes meanwhile;
+``publish`` then makes each live target the staged generation plus those
+writes, key by key. Each key switches atomically (a RENAME replaces it in one
+step), but not all keys at one instant; a row the source holds is never missing.
 
 Assumes one Redis server or a primary with replicas, not Redis Cluster: a
 row's key and its target's marker hash are in different slots. Target names
@@ -111,41 +79,26 @@ that string.
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import redis
 from redis.exceptions import NoScriptError, RedisError
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError, mapped
-from cdcsync.sync.mapping import Row, TableMapping, scalar_text
-from cdcsync.sync.sink import Generations, WriteResult, batched, redact_url
+from cdcsync.sync.mapping import Row, TableMapping
+from cdcsync.sync.sink import Generations, WriteResult, redact_url
+from cdcsync.sync.sinks import redis_apply as apply
+from cdcsync.sync.sinks import redis_reads as reads
 from cdcsync.sync.sinks import secret
 from cdcsync.sync.sinks.redis_errors import classify, root
-from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, PROMOTE_SHA, PURGE_SHA, SCRIPTS
+from cdcsync.sync.sinks.redis_generations import Publish, next_generation
+from cdcsync.sync.sinks.redis_scripts import APPLY_SHA, SCRIPTS
 
 log = logging.getLogger(__name__)
-
-VERSION_FIELD = "_v"
-PIPELINE_COMMANDS = 1000  # commands per pipeline round trip: bounds client and server buffers on huge batches
-# One apply script call runs many rows (per-call costs, in redis-py and in the server, are what a
-# call per row paid for), bounded because a script blocks every other client of the server while it
-# runs: ROWS_PER_CALL rows or BYTES_PER_CALL bytes of JSON, whichever comes first.
-ROWS_PER_CALL = 100
-BYTES_PER_CALL = 64 * 1024
-CALLS_PER_ROUND = 10  # script calls per pipeline round trip: ~1000 rows, as PIPELINE_COMMANDS bounds other rounds
-SCAN_COUNT = 1000
-PUBLISH_SCAN_COUNT = "1000"  # keys a publish call scans and moves on the server (docs/performance.md)
-# The member a stage puts in each journal so that it exists (an empty set does not). A doc id equal to it
-# would only be taken as written by the follower: the version rule instead of a plain replace at publish.
-JOURNAL_OPEN = ""
 
 
 def client_options(follower: FollowerConfig) -> dict[str, Any]:
@@ -227,9 +180,9 @@ class RedisSink:
         keys = 0
         with self._errors("forget"):
             batch: list[str] = []
-            for key in self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT):
+            for key in self._client.scan_iter(match=reads.glob_escape(head) + "*", count=reads.SCAN_COUNT):
                 batch.append(key)
-                if len(batch) >= SCAN_COUNT:
+                if len(batch) >= reads.SCAN_COUNT:
                     keys += self._hdel(batch, fields)
                     batch = []
             keys += self._hdel(batch, fields)
@@ -256,7 +209,7 @@ class RedisSink:
         return f"{generation or self._generation_of(target)}:_deleted:{target}"
 
     def journal_key(self, target: str, generation: str | None = None) -> str:
-        """The set of ids the running follower wrote since a reindex of ``target`` staged (module docstring).
+        """The set of ids the running follower wrote since a reindex of ``target`` staged (``redis_generations``).
 
         Only the live generation's journal is ever created; a staged instance's writes name one that never exists.
         """
@@ -272,78 +225,25 @@ class RedisSink:
         """Drop leftovers of an unpublished stage, open the journals; write and read a new generation from now on."""
         self.open(mappings)
         targets = sorted({m.target for m in mappings})
-        with self._errors("dropping an unpublished stage"):
-            journals = self._client.scan_iter(match=_glob_escape(f"{self.prefix}~") + "*", count=SCAN_COUNT)
-            for keys in batched(journals, PIPELINE_COMMANDS):
-                self._client.unlink(*keys)
-            for target in targets:  # from now on the running follower notes every id it writes
-                self._client.sadd(self.journal_key(target, self.prefix), JOURNAL_OPEN)
-        generation = f"{self.prefix}~{time.time_ns():x}"
+        generation = next_generation(self._client, self.prefix, targets, self, self._errors)
         for target in targets:
             self.generations.stage(target, generation)
 
     def publish(self) -> None:
-        """Make the live keys the staged generation plus the follower's writes since the stage (module docstring)."""
-        live = self.prefix
-        with self._errors("publish"):  # a killed or failed publish is finished by the next reindex (docs/reindex.md)
-            for target, staged in self.generations.items():
-                # Pass 1: live rows and markers the staged generation does not know and the follower did not write.
-                self._publish_scan(PURGE_SHA, target, live, staged)
-                markers = self.marker_key(target, live)
-                for ids in batched(self._marker_ids(markers), PIPELINE_COMMANDS):
-                    self._publish_calls(PURGE_SHA, target, "marker", [(markers, i) for i in ids])
-                # Pass 2: every staged row and marker replaces the live key.
-                self._publish_scan(PROMOTE_SHA, target, staged, live)
-                markers = self.marker_key(target, staged)
-                for ids in batched(self._marker_ids(markers), PIPELINE_COMMANDS):
-                    self._publish_calls(PROMOTE_SHA, target, "marker", [(markers, i) for i in ids])
-            for target in self.generations:
-                self._client.unlink(self.journal_key(target, live))
+        """Make the live keys the staged generation plus the follower's writes since the stage (``Publish``)."""
+        self._publication().run()
         self.generations.clear()
 
-    def _shared_key(self, sha: str, target: str) -> str:
-        """KEYS[1] of a publish call: the staged marker hash for the purge, the live one for the promote."""
-        return self.marker_key(target, self._generation_of(target) if sha == PURGE_SHA else self.prefix)
-
-    def _publish_scan(self, sha: str, target: str, scanned: str, other: str) -> None:
-        """Run the purge or promote script over ``target``'s row keys in generation ``scanned``, found by the server.
-
-        Each call scans PUBLISH_SCAN_COUNT keys on from the cursor the previous one answered (PUBLISH_IDS).
-        """
-        keys = [self._shared_key(sha, target), self.journal_key(target, self.prefix)]
-        head, cursor = self.row_key(target, "", scanned), "0"
-        argv = ["scan", cursor, _glob_escape(head) + "*", head, self.row_key(target, "", other), PUBLISH_SCAN_COUNT]
-        while True:
-            argv[1] = cursor
-            (reply,) = self._evalsha_all(sha, [(keys, argv)])
-            if isinstance(reply, RedisError):
-                with self._errors("publish"):
-                    raise reply
-            cursor = reply[0]
-            if cursor == "0":
-                return
-
-    def _publish_calls(self, sha: str, target: str, kind: str, found: list[tuple[str, str]]) -> None:
-        """Run the purge or promote script on (key, id) pairs, ROWS_PER_CALL a call (KEYS: the scripts' comments)."""
-        shared = [self._shared_key(sha, target), self.journal_key(target, self.prefix)]
-        other = self._generation_of(target) if sha == PURGE_SHA else self.prefix  # the other generation's row keys
-        calls = []
-        for start in range(0, len(found), ROWS_PER_CALL):
-            part = found[start : start + ROWS_PER_CALL]
-            keys = [*shared, *(k for key, i in part for k in (key, self.row_key(target, i, other)))]
-            calls.append((keys, [kind, *(i for _, i in part)]))
-        for reply in self._evalsha_all(sha, calls):
-            if isinstance(reply, RedisError):
-                with self._errors("publish"):
-                    raise reply
+    def _publication(self) -> Publish:
+        return Publish(self._client, self.prefix, self.generations, self, self._evalsha_all, self._errors)
 
     # ------------------------------------------------------------------ write
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
         """Apply the rows in script calls of many rows of one target each, several calls pipelined per round trip."""
         result = WriteResult()
-        calls: list[_Call] = []
-        filling: dict[str, _Call] = {}  # target -> its call being filled
+        calls: list[apply.Call] = []
+        filling: dict[str, apply.Call] = {}  # target -> its call being filled
         for row in rows:
             self._check_target(row.target)
             try:
@@ -353,30 +253,18 @@ class RedisSink:
                 continue
             call = filling.get(row.target)
             if call is None or call.full(len(encoded)):
-                call = filling[row.target] = _Call(self.marker_key(row.target), self.journal_key(row.target))
+                call = filling[row.target] = apply.Call(self.marker_key(row.target), self.journal_key(row.target))
                 calls.append(call)
             call.add(row, key, encoded)
-        for start in range(0, len(calls), CALLS_PER_ROUND):
-            result = result.merge(self._apply(calls[start : start + CALLS_PER_ROUND]))
+        for start in range(0, len(calls), apply.CALLS_PER_ROUND):
+            result = result.merge(self._apply(calls[start : start + apply.CALLS_PER_ROUND]))
         return result  # the follower logs the batch's counts
 
     def _script_args(self, row: Row) -> tuple[str, bytes]:
-        """The row's key and its JSON array for the apply script (layout above APPLY)."""
-        if row.version < 0:  # the script compares canonical non-negative decimal strings
-            raise ValueError(f"version {row.version} is negative")
-        key = self.row_key(row.target, row.doc_id)
-        head = [row.doc_id, str(row.version)]
-        if row.doc is None:
-            return key, orjson.dumps([*head, "d"])
-        fields = self.stored_form(row.doc)
-        if VERSION_FIELD in fields:
-            raise ValueError(f"column {VERSION_FIELD!r} collides with the version field of the Redis sink")
-        try:
-            return key, orjson.dumps([*head, "u", fields])
-        except orjson.JSONEncodeError as err:  # a lone surrogate: no UTF-8 form to store
-            raise ValueError(f"a field or value is not valid unicode: {err}") from None
+        """The row's key and its JSON array for the apply script (``redis_apply.encode``)."""
+        return self.row_key(row.target, row.doc_id), apply.encode(row)
 
-    def _apply(self, calls: list[_Call]) -> WriteResult:
+    def _apply(self, calls: list[apply.Call]) -> WriteResult:
         result = WriteResult()
         for call, reply in zip(calls, self._evalsha_all(APPLY_SHA, [c.args() for c in calls]), strict=True):
             if isinstance(reply, RedisError) and classify(reply) == "script" and len(call.rows) > 1:
@@ -385,37 +273,7 @@ class RedisSink:
                 # failed call applied already count as older then.
                 result = result.merge(self._apply(call.split()))
             else:
-                result = result.merge(self._outcomes(call, reply))
-        return result
-
-    def _outcomes(self, call: _Call, reply: Any) -> WriteResult:
-        """Count one call's answer (a byte per row, then the refused rows' errors); any other answer stops the batch."""
-        if isinstance(reply, RedisError):
-            if classify(reply) != "script":
-                with self._errors("write"):
-                    raise reply
-            return WriteResult(rejected=[(row, str(reply)) for row, _, _ in call.rows])  # a call of one row
-        statuses = reply[0] if isinstance(reply, list) and reply else None
-        if (
-            not isinstance(statuses, str)
-            or len(statuses) != len(call.rows)
-            or len(reply) != 1 + statuses.count("e")
-            or statuses.count("1") + statuses.count("0") + statuses.count("e") != len(statuses)
-        ):
-            raise FatalError(f"redis {self.url}: the apply script answered {len(call.rows)} rows with {reply!r:.200}")
-        result = WriteResult(applied=statuses.count("1"), older=statuses.count("0"))
-        if len(reply) > 1:
-            errors = iter(reply[1:])
-            for (row, _, _), status in zip(call.rows, statuses, strict=True):
-                if status != "e":
-                    continue
-                error = next(errors)
-                if not isinstance(error, RedisError):
-                    raise FatalError(f"redis {self.url}: the apply script answered {error!r:.200} for a refused row")
-                if classify(error) != "reject":
-                    with self._errors("write"):
-                        raise error
-                result.rejected.append((row, str(error)))
+                result = result.merge(apply.outcomes(call, reply, self.url, self._errors))
         return result
 
     def _evalsha_all(self, sha: str, calls: Sequence[tuple[list[str], Sequence[str | bytes]]]) -> list[Any]:
@@ -464,89 +322,18 @@ class RedisSink:
         return {ident: (version, fields) for ident, version, fields in self.scan(target)}
 
     def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """Every row hash, ``SCAN_COUNT`` keys a round trip: ``(doc_id, version, fields without _v)``.
-
-        SCAN may return a key twice (the keyspace rehashed meanwhile): a reader keeps the last.
-        """
+        """Every row hash, a SCAN at a time: ``(doc_id, version, fields without _v)`` (``redis_reads.scan``)."""
         self._check_target(target)
-        head = f"{self._generation_of(target)}:{target}:"
-        with self._errors("scan"):
-            keys = self._client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT)
-            for chunk in batched(keys, PIPELINE_COMMANDS):
-                yield from self._rows(head, chunk)
+        yield from reads.scan(self._client, f"{self._generation_of(target)}:{target}:", self._errors)
 
     def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """The live rows of these ids that the target holds, a pipeline of hash reads at a time."""
         self._check_target(target)
-        head = f"{self._generation_of(target)}:{target}:"
-        with self._errors("lookup"):
-            for chunk in batched(ids, PIPELINE_COMMANDS):
-                yield from self._rows(head, [head + ident for ident in chunk])
-
-    def _marker_ids(self, markers: str) -> Iterator[str]:
-        return (ident for ident, _ in self._client.hscan_iter(markers, count=SCAN_COUNT))
-
-    def _rows(self, head: str, keys: list[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        pipe = self._client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hgetall(key)
-        replies = pipe.execute(raise_on_error=False)
-        for key, fields in zip(keys, replies, strict=True):
-            if isinstance(fields, RedisError) and classify(fields) != "reject":
-                raise fields
-            # Skipped: a key of another type (WRONGTYPE), one gone since the scan (empty), one without _v.
-            if isinstance(fields, dict) and VERSION_FIELD in fields:
-                version = int(fields.pop(VERSION_FIELD))
-                yield key[len(head) :], version, fields
+        yield from reads.lookup(self._client, f"{self._generation_of(target)}:{target}:", ids, self._errors)
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as the row hash stores it: strings only, ``None`` fields left out."""
-        return {field: _text(value) for field, value in doc.items() if value is not None}
+        return apply.stored_form(doc)
 
     def close(self) -> None:
         self._client.close()
-
-
-@dataclass
-class _Call:
-    """One apply script call: a target's marker hash and journal, and its rows, each with its key and JSON array."""
-
-    marker: str
-    journal: str
-    rows: list[tuple[Row, str, bytes]] = field(default_factory=list)
-    size: int = 0  # bytes of JSON so far
-
-    def full(self, more: int) -> bool:
-        """Whether ``more`` bytes of JSON would pass a bound (a call of one row never is)."""
-        return bool(self.rows) and (len(self.rows) >= ROWS_PER_CALL or self.size + more > BYTES_PER_CALL)
-
-    def add(self, row: Row, key: str, encoded: bytes) -> None:
-        self.rows.append((row, key, encoded))
-        self.size += len(encoded)
-
-    def args(self) -> tuple[list[str], list[str | bytes]]:
-        """KEYS and ARGV of the call."""
-        keys = [self.marker, self.journal, *(key for _, key, _ in self.rows)]
-        return keys, [b"[" + b",".join(encoded for _, _, encoded in self.rows) + b"]"]
-
-    def split(self) -> list[_Call]:
-        return [_Call(self.marker, self.journal, [part], len(part[2])) for part in self.rows]
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-def _text(value: Any) -> str:
-    if type(value) is str:  # most columns: the fast path
-        return value
-    if type(value) is int:
-        return str(value)
-    if isinstance(value, bool):  # before int: bool is an int
-        return "true" if value else "false"
-    text = scalar_text(value)
-    if text is not None:
-        return text
-    if isinstance(value, dict | list | tuple):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_text)  # _text: arrays of decimals
-    return str(value)

@@ -14,7 +14,7 @@ from cdcsync.config_index import INDEX_OWN_FIELDS, IndexSettings
 from cdcsync.errors import ConfigError
 from cdcsync.sync import reindex_needed
 from cdcsync.sync.marker_purge import PURGE_EVERY_S, MarkerPurge
-from cdcsync.sync.sinks.elasticsearch import OWN_FIELDS
+from cdcsync.sync.sinks.elasticsearch_fields import OWN_FIELDS
 from cdcsync.sync.sinks.elasticsearch_index import IndexSpec, IndexSpecs, drift_recorder
 
 SOURCE = {

@@ -230,7 +230,7 @@ def test_elasticsearch_classification_of_plain_answers() -> None:
 
 def test_elasticsearch_stores_nan_and_the_infinities_as_text_it_can_hold() -> None:
     """A JSON number cannot be NaN or infinite; the float field ignores the text, _source keeps it."""
-    from cdcsync.sync.sinks.elasticsearch import _json_safe
+    from cdcsync.sync.sinks.elasticsearch_bulk import _json_safe
     from cdcsync.sync.sinks.elasticsearch_fields import FIELD_TYPES
 
     assert [_json_safe(v) for v in (float("nan"), float("inf"), float("-inf"), -0.0, 2.5)] == [

@@ -18,7 +18,7 @@ from elasticsearch import ConflictError, Elasticsearch
 from cdcsync.errors import FatalError
 from cdcsync.events import Change
 from cdcsync.sync.mapping import Row, TableMapping
-from cdcsync.sync.sinks import elasticsearch as elasticsearch_sink
+from cdcsync.sync.sinks import elasticsearch_generations
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from tests.support import ENV
 
@@ -155,7 +155,7 @@ def test_a_publish_of_several_targets_moves_every_alias_and_drops_every_old_inde
     es: Elasticsearch, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bootstrap's publish: one alias request for all targets, one grace, the old indexes dropped in lists."""
-    monkeypatch.setattr(elasticsearch_sink, "NAMES_PER_REQUEST", 1)  # one old index per delete request
+    monkeypatch.setattr(elasticsearch_generations, "NAMES_PER_REQUEST", 1)  # one old index per delete request
     targets = ["items", "orders", "users"]
     mappings = [TableMapping(f"public.{t}", t, types=TYPES) for t in targets]
     live = ElasticsearchSink("es-test", ES_URL, index_prefix=prefix)

@@ -1,0 +1,90 @@
+"""The Elasticsearch sink's reads: every live document of an index (``scan``), the live ones of some ids (``lookup``).
+
+What ``verify`` and ``repair`` compare with the source: each document as ``(id, version, doc)``, ``doc``
+without ``cdcsync_version`` and ``cdcsync_deleted``. Delete markers are never returned: ``scan`` searches
+with the alias filter (``HIDE_MARKERS``), ``lookup`` skips them (a get by id ignores the alias filter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import suppress
+from typing import Any
+
+import orjson
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout
+from elasticsearch import ApiError, Elasticsearch
+
+from cdcsync.errors import Errors
+from cdcsync.sync.sink import batched
+from cdcsync.sync.sinks.elasticsearch_fields import VERSION_FIELD
+from cdcsync.sync.sinks.elasticsearch_markers import DELETED_FIELD, HIDE_MARKERS
+
+PAGE = 1000
+SCAN_BYTES = 8 * 1024 * 1024  # a scan page's documents, about, past its first
+SCAN_PAGES = (100, 5000)  # the fewest and the most documents of a scan page past its first
+
+
+def scan(client: Elasticsearch, index: str, staged: bool, errors: Errors) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """Every live document of ``index`` (an alias, or a ``staged`` index) at one point in time, a page at a time.
+
+    The first page is ``PAGE`` documents; the next ones hold about ``SCAN_BYTES`` of JSON by the first
+    page's documents' size, within ``SCAN_PAGES``: a million narrow documents read 2x faster in pages of
+    5,000 than of 1,000, and a page of 5,000 wide ones (60 KB) would be 300 MB.
+    """
+    if staged:
+        with errors("check index"):
+            exists = client.indices.exists(index=index)
+    else:
+        with errors("check alias"):
+            exists = client.indices.exists_alias(name=index)
+    if not exists:
+        return
+    with errors("refresh"):
+        client.indices.refresh(index=index)
+    with errors("open point in time"):
+        pit_id = client.open_point_in_time(index=index, keep_alive="2m")["id"]
+    search_after: list[Any] | None = None
+    size = PAGE
+    try:
+        while True:
+            with errors("search"):
+                page = client.search(
+                    pit={"id": pit_id, "keep_alive": "2m"},
+                    query=HIDE_MARKERS,  # the point in time keeps the alias filter; this says it once more
+                    sort=[{"_shard_doc": "asc"}],
+                    size=size,
+                    version=True,
+                    track_total_hits=False,
+                    search_after=search_after,
+                )
+            pit_id, hits = page["pit_id"], page["hits"]["hits"]
+            for hit in hits:
+                doc = {k: v for k, v in hit["_source"].items() if k not in (VERSION_FIELD, DELETED_FIELD)}
+                yield hit["_id"], hit["_version"], doc
+            if len(hits) < size:
+                return
+            if search_after is None:  # sized by the first page's documents
+                each = max(1, sum(len(orjson.dumps(hit["_source"])) for hit in hits) // len(hits))
+                size = min(max(SCAN_BYTES // each, SCAN_PAGES[0]), SCAN_PAGES[1])
+            search_after = hits[-1]["sort"]
+    finally:
+        # Best effort: an unclosed point in time expires by itself after its keep_alive.
+        with suppress(ApiError, TransportConnectionError, ConnectionTimeout):
+            client.close_point_in_time(id=pit_id)
+
+
+def lookup(
+    client: Elasticsearch, index: str, ids: Iterable[str], errors: Errors
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """The live documents of these ids in ``index`` (real-time gets, ``PAGE`` ids a request)."""
+    for chunk in batched(ids, PAGE):
+        with errors("get documents"):
+            found = client.mget(index=index, ids=list(chunk), realtime=True)["docs"]
+        for hit in found:
+            source = hit.get("_source")
+            if not hit.get("found") or source is None or source.get(DELETED_FIELD):
+                continue
+            doc = {k: v for k, v in source.items() if k not in (VERSION_FIELD, DELETED_FIELD)}
+            yield hit["_id"], hit["_version"], doc
