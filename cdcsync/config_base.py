@@ -14,7 +14,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict
 ENV_PREFIX = "CDCSYNC_"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
 # A property whose name says it holds a credential: masked wherever it is shown, sent to Connect by reference.
-SECRET_KEY = re.compile(r"password|passwd|secret|token|api[._-]?key|credential|jaas|user\.info|private", re.IGNORECASE)
+# Storage keys among them: S3A's access.key (with its secret.key), Azure's account.key, S3A's encryption.key.
+SECRET_KEY = re.compile(
+    r"password|passwd|secret|token|api[._-]?key|credential|jaas|user\.info|private|(access|account|encryption)[._-]?key",
+    re.IGNORECASE,
+)
 MASK = "**********"  # what SecretStr shows
 PROPERTY_KEY = r"^[a-z][a-z0-9._-]*$"
 

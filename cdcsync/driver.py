@@ -6,6 +6,9 @@
   into ``<state>/lib/spark`` (deploy/local/pom.xml, profile ``spark``;
   ``spark.jars`` points elsewhere). Jars that pyspark already ships
   (Scala, slf4j, ...) are left out, so one copy of each class is loaded.
+  Among them S3A for ``s3a://`` warehouses (``hadoop-aws`` and the AWS SDK
+  bundle it is built on), which a session takes only when its config reaches
+  object storage (``session_jars``).
 - ``driver_java_options``: log4j's configuration, the class archive's option
   when the command wants it and one was made for this JVM and class path
   (``archive_path``; ``cdcsync.class_archive`` makes it), then
@@ -61,6 +64,23 @@ def connector_jars(settings: SparkSettings | None = None) -> list[Path]:
         )
     bundled = {_artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return [j for j in jars if _artifact(j) not in bundled]
+
+
+# Jars that only Hadoop's S3A file system loads: hadoop-aws and the AWS SDK it is built on (~560 MB, nearly all of it
+# the SDK). Spark copies each jar of spark.jars for its executors at every session's start (a local master's too:
+# ~560 MB written, seconds more), and the SDK prints its own logging's notices on stderr once loaded, so a session
+# takes them only when its config reaches object storage (``uses_s3a``).
+FILESYSTEM_JARS = ("hadoop-aws", "bundle", "wildfly-openssl")
+
+
+def uses_s3a(paths: list[str], conf: dict[str, str]) -> bool:
+    """Whether a session with these warehouse paths and Spark properties reads or writes ``s3a://``."""
+    return any(p.startswith("s3a://") for p in paths) or any(k.startswith("spark.hadoop.fs.s3a.") for k in conf)
+
+
+def session_jars(jars: list[Path], s3a: bool) -> list[Path]:
+    """``jars`` without the S3A ones unless ``s3a``."""
+    return [j for j in jars if s3a or _artifact(j) not in FILESYSTEM_JARS]
 
 
 DIRECTORY = "spark-classes"  # under the state directory

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from cdcsync.driver import connector_jars, driver_java_options
+from cdcsync.driver import connector_jars, driver_java_options, session_jars, uses_s3a
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,8 +77,11 @@ def spark_session(
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
+    settings = {**spark.conf, **(conf or {})}
+    paths = [f.path or "" for f in config.followers if f.kind == "delta"]
+    jars = session_jars(connector_jars(spark), uses_s3a(paths, settings))  # S3A's only for object storage
     builder = (
-        builder.config("spark.jars", ",".join(str(j) for j in connector_jars(spark)))
+        builder.config("spark.jars", ",".join(str(j) for j in jars))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         # The driver runs every follower (and, locally, the executors): 2 GiB holds three followers' batches
@@ -146,7 +149,7 @@ def spark_session(
         # The fork server the Python workers are forked from (config_runtime.FORK_SERVER).
         .config("spark.python.daemon.module", spark.worker_daemon)
     )
-    for key, value in {**spark.conf, **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(spark.log_level)

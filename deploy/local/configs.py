@@ -154,3 +154,32 @@ def es_settings(env: Env, data: Path, logs: Path) -> list[str]:
         "cluster.routing.allocation.disk.threshold_enabled=false",
     ]  # fmt: skip
     return [arg for setting in settings for arg in ("-E", setting)]
+
+
+def seaweedfs_flags(env: Env, data: Path, run: Path) -> list[str]:
+    """``weed mini``'s flags: one process of master, volume, filer and S3 gateway on loopback, the bucket made.
+
+    Every port is set (SeaweedFS's defaults, 8333, 8888, 9333, are common ones);
+    the WebDAV server, the Iceberg and Lance catalogs and the admin UI are off.
+    Usage statistics are not sent (``master.telemetry``).
+    """
+    ports = {
+        "s3.port": env["S3_PORT"], "master.port": env["SEAWEEDFS_MASTER_PORT"],
+        "volume.port": env["SEAWEEDFS_VOLUME_PORT"], "filer.port": env["SEAWEEDFS_FILER_PORT"],
+        "admin.port": env["SEAWEEDFS_ADMIN_PORT"],
+    }  # fmt: skip
+    return [
+        f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", *(f"-{key}={port}" for key, port in ports.items()),
+        "-admin.port.legacy=0", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+        "-master.telemetry=false", f"-filer.localSocket={run / 'seaweedfs-filer.sock'}",
+        f"-s3.localSocket={run / 'seaweedfs-s3.sock'}", f"-bucket={env['S3_BUCKET']}",
+    ]  # fmt: skip
+
+
+def seaweedfs_environment(env: Env) -> dict[str, str]:
+    """``weed mini``'s environment: the S3 gateway's one admin key pair, and the Go runtime's memory limit."""
+    return {
+        "AWS_ACCESS_KEY_ID": env["S3_ACCESS_KEY"],
+        "AWS_SECRET_ACCESS_KEY": env["S3_SECRET_KEY"],
+        "GOMEMLIMIT": env["SEAWEEDFS_MEMORY"],
+    }

@@ -7,6 +7,7 @@
 #                     systemd-analyze (scores the service unit's sandbox)
 #   Maven Central     Kafka, Kafka Connect, Debezium plugins, Elasticsearch, Spark
 #                     Kafka source + Delta Lake: pinned in deploy/local/pom.xml
+#   Go module proxy   SeaweedFS (the S3 server), built from its module source: pinned in stack.env
 #   PyPI              this package and its pinned dependencies, in a virtualenv
 #   Spark             a class archive its driver JVM starts from (cdcsync/class_archive.py)
 #
@@ -115,6 +116,36 @@ if [ ! -x "$es_dir/bin/elasticsearch" ]; then
   step "unpacking $(basename "$es_zip")"
   rm -rf "$state"/opt/elasticsearch-*
   unzip -q -o "$es_zip" -d "$state/opt"
+fi
+
+# ---- Go module proxy -------------------------------------------------------
+# SeaweedFS, the stack's S3 server. `go install MODULE@VERSION` refuses a module
+# whose go.mod has replace directives, as SeaweedFS's has, so its source is
+# fetched (checked against the checksum database) and built in place, where its
+# own go.mod and go.sum pin every dependency. 5 to 10 minutes on 2 cores, once
+# per version; the module cache stays in the state directory, the build cache goes.
+weed_module="$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import stack; print(stack.ENV["SEAWEEDFS_MODULE"])' "$here")"
+weed="$state/opt/seaweedfs-$weed_module/weed"
+if [ ! -x "$weed" ]; then
+  go_bin="$(command -v go || echo /usr/local/go/bin/go)"
+  if [ ! -x "$go_bin" ]; then
+    echo "error: SeaweedFS is built with Go (1.21 or newer; it fetches the toolchain SeaweedFS asks for): install it" >&2
+    exit 1
+  fi
+  step "building SeaweedFS $weed_module (Go module proxy, 5-10 min)"
+  go_env=(env GOPATH="$state/go" GOCACHE="$state/go/cache" GOFLAGS="${GOFLAGS:-} -modcacherw")
+  source_dir="$("${go_env[@]}" "$go_bin" mod download -json "github.com/seaweedfs/seaweedfs@$weed_module" |
+    python3 -c 'import json, sys; found = json.load(sys.stdin); print(found.get("Dir") or sys.exit(found.get("Error")))')"
+  mkdir -p "$state/logs" "$(dirname "$weed")"
+  if ! (cd "$source_dir" && "${go_env[@]}" "$go_bin" build -trimpath -ldflags="-s -w" -o "$weed.partial" ./weed) \
+    >"$state/logs/go-seaweedfs.log" 2>&1; then
+    echo "error: building SeaweedFS failed; log: $state/logs/go-seaweedfs.log" >&2
+    tail -5 "$state/logs/go-seaweedfs.log" >&2
+    exit 1
+  fi
+  mv "$weed.partial" "$weed"
+  find "$state/opt" -maxdepth 1 -name 'seaweedfs-*' ! -path "$(dirname "$weed")" -exec rm -rf {} +  # other versions
+  "${go_env[@]}" "$go_bin" clean -cache
 fi
 
 # ---- PyPI ------------------------------------------------------------------

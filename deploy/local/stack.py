@@ -45,7 +45,7 @@ from processes import (  # noqa: E402
     run_as_service, spawn, stat_fields, terminate, zombie,
 )
 
-ORDER = ["postgres", "mariadb", "redis", "kafka", "elasticsearch", "connect"]
+ORDER = ["postgres", "mariadb", "redis", "seaweedfs", "kafka", "elasticsearch", "connect"]
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -309,6 +309,28 @@ def es_healthy() -> bool:
     return http_ok(f"http://127.0.0.1:{ENV['ES_PORT']}/_cluster/health?wait_for_status=yellow&timeout=1s")
 
 
+def weed_binary() -> Path:
+    weed = STATE / "opt" / f"seaweedfs-{ENV['SEAWEEDFS_MODULE']}" / "weed"
+    if not os.access(weed, os.X_OK):
+        raise StackError(f"seaweedfs: no {weed}; run deploy/local/install.sh")
+    return weed
+
+
+def seaweedfs_start() -> None:
+    data = DATA / "seaweedfs"
+    own(data)
+    # Logs to stderr only (the component's log), not to files of its own in /tmp.
+    spawn("seaweedfs", [str(weed_binary()), "-logtostderr", "mini", *configs.seaweedfs_flags(ENV, data, RUN)],
+          env=configs.seaweedfs_environment(ENV))  # fmt: skip
+
+
+def seaweedfs_ready() -> bool:
+    """The S3 gateway answers and the bucket exists (the filer holds each bucket as a directory of /buckets)."""
+    return http_ok(f"http://127.0.0.1:{ENV['S3_PORT']}/healthz") and http_ok(
+        f"http://127.0.0.1:{ENV['SEAWEEDFS_FILER_PORT']}/buckets/{ENV['S3_BUCKET']}/"
+    )
+
+
 def spawned(name: str) -> Callable[[], int | None]:
     return lambda: read_pid(name)
 
@@ -321,6 +343,7 @@ COMPONENTS = {c.name: c for c in [
     Component("postgres", "PG_PORT", pg_start, lambda: tcp_open(int(ENV["PG_PORT"])), 60, pg_pid, pg_stop),
     Component("mariadb", "MARIADB_PORT", mariadb_start, mariadb_ready, 90, spawned("mariadb"), stop_spawned("mariadb")),
     Component("redis", "REDIS_PORT", redis_start, redis_ping, 30, spawned("redis"), stop_spawned("redis")),
+    Component("seaweedfs", "S3_PORT", seaweedfs_start, seaweedfs_ready, 60, spawned("seaweedfs"), stop_spawned("seaweedfs")),
     Component("kafka", "KAFKA_PORT", kafka_start, lambda: tcp_open(int(ENV["KAFKA_PORT"])), 90, spawned("kafka"), stop_spawned("kafka")),
     Component("elasticsearch", "ES_PORT", es_start, es_healthy, 180, spawned("elasticsearch"), stop_spawned("elasticsearch")),
     Component("connect", "CONNECT_PORT", connect_start, connect_ready, 180, spawned("connect"), stop_spawned("connect")),

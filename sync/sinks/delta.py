@@ -48,7 +48,9 @@ the previous version until then, and a new follower's table first appears
 with it; then the staged table's paths go.
 cdcsync's writers of one table take turns (``delta_writers``: the daemon and
 a reindex both write the live table); a conflict with any other writer is a
-``RetryableError``, and publish again is idempotent. The history table is shared (insert-only: a rebuild adds nothing).
+``RetryableError``, and publish again is idempotent. On object storage no
+turns are taken (no lock file there), and Delta's log store decides what two
+writers of a table risk: docs/object-storage.md. The history table is shared (insert-only: a rebuild adds nothing).
 
 Column types, and how a value goes into its column and comes back (``held``):
 ``delta_values``. Each table's log checkpoints are written beside the batches, not
@@ -81,6 +83,7 @@ from cdcsync.sync.mapping import Row, fingerprint
 from cdcsync.sync.sink import Generations, WriteResult, batched
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks import delta_load as load
+from cdcsync.sync.sinks import object_store
 from cdcsync.sync.sinks.delta_values import (
     BIGINT,
     BOOLEAN,
@@ -179,14 +182,16 @@ class DeltaSink:
     def from_config(cls, config: Config, follower: FollowerConfig, spark: SparkSession | None) -> DeltaSink:
         # No session: another process of a fill, which only spools (sync.sinks.build_sink allows no other).
         path, at_once = table_root(config, follower), config.delta.tables_at_once
-        return cls(follower.name, spark, path, follower.soft_delete, follower.history, tables_at_once=at_once)
+        return cls(follower.name, spark, path, follower.soft_delete, follower.history, tables_at_once=at_once,
+                   storage=config.spark.conf)  # fmt: skip
 
     @staticmethod
     def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:
-        """Whether the tables' directory is readable, or may be created; a remote path is not checked."""
+        """Whether the tables' directory is readable, or may be created; of a remote path, whether its bucket answers
+        (``s3a://``; other schemes are not checked)."""
         path = table_root(config, follower)
         if "://" in path:
-            return True, f"delta path {path.split('://', 1)[0]}://… not checked (remote storage)"
+            return object_store.probe(path, config.spark.conf, timeout_s)
         where = Path(path)
         if where.is_dir():
             readable = os.access(where, os.R_OK | os.X_OK)
@@ -206,6 +211,7 @@ class DeltaSink:
         history: bool = False,
         *,
         tables_at_once: int = DeltaSettings().tables_at_once,
+        storage: Mapping[str, str] | None = None,
     ) -> None:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
         self._session = spark
@@ -216,6 +222,7 @@ class DeltaSink:
         self.tables_at_once = tables_at_once
         self._checkpoints = checkpoints.Checkpoints(spark)  # log checkpoints beside the batches (delta_checkpoints)
         self._spools: dict[str, load.Spool] = {}  # a staged table's path -> the spool its writes go to (delta_load)
+        self.storage = dict(storage or {})  # the session's Hadoop settings, which the spools are written with
 
     @property
     def _spark(self) -> SparkSession:
@@ -277,7 +284,8 @@ class DeltaSink:
             self._remove(path)
             self._remove(path + load.SUFFIX)
             self._tables[target] = self._open_table(path, columns, history=f"{self.path}/{target}__history")
-            spool = load.spool_at(path + load.SUFFIX) if self.spooled_fill else None
+            with self._errors(f"making the spool {path}{load.SUFFIX} (pyarrow, with spark.conf's fs.s3a.*)"):
+                spool = load.spool_at(path + load.SUFFIX, self.storage) if self.spooled_fill else None
             if spool is not None:
                 self._spools[path] = spool
             elif self.spooled_fill:  # a file system pyarrow cannot write: the staged table is MERGEd batch by batch
@@ -289,7 +297,7 @@ class DeltaSink:
         wanted = self._wanted(mappings)
         for target, path in staged.items():
             self._tables[target] = _Table(path, dict(wanted.get(target, {})), f"{self.path}/{target}__history")
-            self._spools[path] = load.Spool(path + load.SUFFIX)
+            self._spools[path] = load.Spool(path + load.SUFFIX, self.storage)
             self.generations.stage(target, path)
 
     def publish(self) -> None:
@@ -334,9 +342,21 @@ class DeltaSink:
         """Delete a directory tree through Hadoop's file system API, so any ``path`` scheme works."""
         self._checkpoints.forget(path)
         with self._errors(f"removing {path}"):
-            context = self._spark.sparkContext
-            hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-            hadoop_path.getFileSystem(context._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
+            files, hadoop_path = self._hadoop(path)
+            files.delete(hadoop_path, True)
+
+    def _only_directories(self, path: str) -> bool:
+        """Whether ``path`` is a directory holding directories and not one file, at any depth."""
+        files, hadoop_path = self._hadoop(path)
+        if not files.exists(hadoop_path) or not files.listStatus(hadoop_path):
+            return False
+        return not files.listFiles(hadoop_path, True).hasNext()
+
+    def _hadoop(self, path: str) -> tuple[Any, Any]:
+        """Hadoop's file system of ``path``, and ``path`` as its ``Path``."""
+        context = self._spark.sparkContext
+        hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+        return hadoop_path.getFileSystem(context._jsc.hadoopConfiguration()), hadoop_path  # type: ignore[union-attr]
 
     def _wanted(self, mappings: Sequence[TableMapping]) -> dict[str, dict[str, str | None]]:
         """Each target's data columns and their kinds, checked against each other and the sink's columns."""
@@ -473,15 +493,11 @@ class DeltaSink:
         schema = T.StructType(META.fields + [T.StructField(n, spark_type(k)) for n, k in columns.items()])
         table = _Table(path, {}, history or f"{path}__history")
         with one_writer(path), self._errors(f"opening {path}"):
-            builder = DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema)
-            for prop, value in (COLUMN_MAPPING if needs_column_mapping(columns) else {}).items():
-                builder = builder.property(prop, value)
-            builder.execute()
-            existing = DeltaTable.forPath(self._spark, path).toDF().schema
+            existing = self._create(path, schema, COLUMN_MAPPING if needs_column_mapping(columns) else {}, META)
             self._checkpoint_here(path, self._set_properties(path))
         if self.history:
             with one_writer(table.history), self._errors(f"opening {table.history}"):
-                DeltaTable.createIfNotExists(self._spark).location(table.history).addColumns(HISTORY).execute()
+                self._create(table.history, HISTORY, {}, HISTORY)
                 self._checkpoint_here(table.history, self._set_properties(table.history))
         for field in existing.fields:
             if field.name in META.fieldNames():
@@ -502,6 +518,33 @@ class DeltaSink:
             table.kinds[field.name] = columns.get(field.name, kind_of(field.dataType))
         self._add_columns(table, {n: k for n, k in columns.items() if n not in table.kinds})
         return table
+
+    def _create(
+        self, path: str, schema: T.StructType, properties: Mapping[str, str], plain: T.StructType
+    ) -> T.StructType:
+        """Create the table at ``path`` unless there is one; its schema.
+
+        Delta takes a path-named table for an existing one as soon as its
+        directory lists anything, and a store may keep a removed table's
+        emptied directories a while (SeaweedFS's S3 gateway: up to ~2.5 min),
+        so a ``stage`` that removes and makes the same path at once would find
+        "a table" with no log. Where the directory holds nothing but empty
+        directories, the table is made by writing no rows of ``plain`` (columns
+        needing no column mapping) instead, with ``properties`` set after; the caller adds the rest. A
+        directory holding files is left to Delta, which refuses it.
+        """
+        if DeltaTable.isDeltaTable(self._spark, path) or not self._only_directories(path):
+            builder = DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema)
+            for prop, value in properties.items():
+                builder = builder.property(prop, value)
+            builder.execute()
+        else:
+            self._spark.createDataFrame([], plain).write.format("delta").mode("append").save(path)
+            if properties:  # column mapping, as the builder would have set it
+                listed = ", ".join(f"'{prop}' = '{value}'" for prop, value in properties.items())
+                self._spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ({listed})")
+            log.info("sink=%s table=%s created_by=write (its directory outlived its removal)", self.name, path)
+        return DeltaTable.forPath(self._spark, path).toDF().schema
 
     def _set_properties(self, path: str) -> dict[str, str]:
         """Give a table the properties of ``PROPERTIES`` it lacks; the table's properties after that.
@@ -585,9 +628,10 @@ class DeltaSink:
         table.kinds.update(new)  # the spool's files carry their columns; the load writes the table's schema
         if records:
             names = list(table.kinds)
-            spool.add(SPOOLED if self.history else META, {n: table.kinds[n] for n in names}, table.dropped, [
-                (*self._meta(row, self.history), *(values.get(n) for n in names)) for row, values in records
-            ])  # fmt: skip
+            with self._errors(f"spooling into {spool.where}"):
+                spool.add(SPOOLED if self.history else META, {n: table.kinds[n] for n in names}, table.dropped, [
+                    (*self._meta(row, self.history), *(values.get(n) for n in names)) for row, values in records
+                ])  # fmt: skip
         result.applied = len(records)
         return result
 

@@ -12,6 +12,12 @@ its marker, and with ``soft_delete`` the marker keeps the data of the id's
 newest earlier change (as the MERGE's delete branch does). Then the sink's
 publish copies the staged table to the live one, as before.
 
+The spool lies beside the staged table, on the warehouse's own storage: a
+local directory, or an ``s3a://`` bucket that pyarrow's S3 client writes with
+the settings Spark reads it with (``object_store``). Where pyarrow cannot
+write as Spark does (``abfss://``, ``gs://``), ``spool_at`` finds no spool
+and the staged table is MERGEd batch by batch instead (``DeltaSink.stage``).
+
 Spool columns are named by the hex of their UTF-8 name (``c<hex>``): a Parquet
 file takes any name, Spark's Parquet reader not every one (spaces, commas,
 braces). Files written before a column was learned lack it; they are read
@@ -26,15 +32,16 @@ import itertools
 import json
 import os
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cdcsync.sync.sinks import object_store
 from cdcsync.sync.sinks.delta_values import arrow_table, spark_type
 
 SUFFIX = "__spool"
@@ -54,16 +61,16 @@ def name_of(spooled: str) -> str:
 
 
 class Spool:
-    """The Parquet files of one staged table's rows in ``where``: a local path, or a URI pyarrow writes to."""
+    """The Parquet files of one staged table's rows in ``where``: a local path, or an ``s3a://`` URI.
+
+    ``storage``: the Hadoop settings Spark reaches ``where`` with (``object_store``), which pyarrow writes with.
+    """
 
     _counter = itertools.count()
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, storage: Mapping[str, str] | None = None) -> None:
         self.where = where.rstrip("/")
-        self._fs: fs.FileSystem = fs.LocalFileSystem()
-        self._dir = self.where
-        if "://" in self.where:
-            self._fs, self._dir = fs.FileSystem.from_uri(self.where)
+        self._fs, self._dir = object_store.filesystem(self.where, storage or {})
         self._fs.create_dir(self._dir, recursive=True)
 
     def add(
@@ -91,12 +98,9 @@ class Spool:
         return kinds, dropped
 
 
-def spool_at(where: str) -> Spool | None:
-    """A spool at ``where``, or None where pyarrow has no file system for its scheme (Hadoop's ``s3a://``)."""
-    try:
-        return Spool(where)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+def spool_at(where: str, storage: Mapping[str, str] | None = None) -> Spool | None:
+    """A spool at ``where``, or None where pyarrow has no file system for its scheme (``abfss://``, ``gs://``)."""
+    return Spool(where, storage) if object_store.served(where) else None
 
 
 def newest(

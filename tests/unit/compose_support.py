@@ -20,7 +20,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 LOCAL = REPO / "deploy/local"
-SERVICES = {"postgres", "mariadb", "redis", "kafka", "connect", "elasticsearch"}
+SERVICES = {"postgres", "mariadb", "redis", "seaweedfs", "kafka", "connect", "elasticsearch"}
 MONITORING = {"prometheus", "grafana"}  # not stack components: they watch the daemon (deploy/monitoring)
 DAEMON = "cdcsync"  # `cdcsync run`, from deploy/docker/Dockerfile
 

@@ -94,6 +94,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> LocalStack:
             mp.setattr(stack, attr, path)
         mp.setattr(stack, "spawn", spawn)
         mp.setattr(stack, "java_cmd", java_cmd)
+        mp.setattr(stack, "weed_binary", lambda: Path("weed"))
         mp.setattr(stack, "run_as_service", lambda argv, **kwargs: done)
         mp.setattr(stack, "own", lambda *paths: [p.mkdir(parents=True) for p in paths if not p.exists()])
         mp.setattr(stack, "pg_bin", lambda tool: tool)
@@ -183,6 +184,12 @@ def test_jvm_images_match_pom_versions() -> None:
     for name, image in expected.items():
         actual = service(name).get("image")
         assert actual == image, f"{name}: image {actual!r}, pom.xml pins {image!r}"
+
+
+def test_the_s3_image_is_the_release_the_local_stack_builds() -> None:
+    image = f"chrislusf/seaweedfs:{stack_env()['SEAWEEDFS_VERSION']}"
+    actual = service("seaweedfs").get("image")
+    assert actual == image, f"seaweedfs: image {actual!r}, stack.env pins {image!r}"
 
 
 def test_database_images_match_debian_versions() -> None:
@@ -380,3 +387,31 @@ def test_elasticsearch_settings(local: LocalStack) -> None:
     assert actual == heap, f"elasticsearch: ES_JAVA_OPTS {sorted(actual)}, stack.env ES_HEAP gives {sorted(heap)}"
     target = the_published_port("elasticsearch").container_port
     assert target == int(env.get("http.port", 9200)), f"elasticsearch: publishes container port {target}, not HTTP's"
+
+
+def dash_flags(argv: list[str]) -> dict[str, str | None]:
+    """SeaweedFS's `-name=value` and bare `-name` (-> None) flags."""
+    pairs = (arg[1:].partition("=") for arg in argv if arg.startswith("-"))
+    return {name: value if sign else None for name, sign, value in pairs}
+
+
+def test_seaweedfs_settings(local: LocalStack) -> None:
+    argv, spawn_env = local.spawned["seaweedfs"]
+    assert "mini" in argv, f"stack.py: seaweedfs runs {argv[:3]}, not `weed mini` (test out of date?)"
+    expected = dash_flags(argv[argv.index("mini") + 1 :])
+    own = ("dir", "ip", "ip.bind", "s3.port", "master.port", "volume.port", "filer.port", "admin.port",
+           "filer.localSocket", "s3.localSocket")  # fmt: skip
+    for key in own:  # the container's own network and paths
+        expected.pop(key, None)
+    assert expected.get("bucket") == local.env["S3_BUCKET"], "stack.py: seaweedfs no longer makes the bucket?"
+    assert expected.get("master.telemetry") == "false", "stack.py: seaweedfs sends usage statistics?"
+    args = command("seaweedfs")
+    assert args[:1] == ["mini"], f"seaweedfs: command {args[:1]}, want `mini` (the image's entrypoint adds -dir=/data)"
+    actual = dash_flags(args[1:])
+    assert_same(expected, actual, "seaweedfs command", own)
+    # The S3 key pair and the Go memory limit, as stack.py hands them over.
+    assert_same(spawn_env, environment("seaweedfs"), "seaweedfs environment")
+    target = the_published_port("seaweedfs").container_port
+    assert target == int(actual.get("s3.port") or 8333), f"seaweedfs: publishes container port {target}, not S3's"
+    check = " ".join(service("seaweedfs").get("healthcheck", {}).get("test") or [])
+    assert f"/buckets/{local.env['S3_BUCKET']}/" in check, "seaweedfs: its health check does not wait for the bucket"
