@@ -323,7 +323,11 @@ class Config(_Strict):
     metrics: MetricsSettings = Field(MetricsSettings(), description="the daemon's /metrics and /healthz")
     sources: list[SourceConfig] = Field(default_factory=list, description="the databases captured")
     followers: list[FollowerConfig] = Field(default_factory=list, description="the stores kept in sync")
-    state_dir: str | None = Field(None, description="checkpoints and warehouse default under it")
+    state_dir: str | None = Field(
+        None,
+        description="checkpoints and warehouse default under it (default: CDCSYNC_STATE_DIR, else the local "
+        "stack's, docs/local-stack.md)",
+    )
     origin: dict[str, str] = Field(default_factory=dict, exclude=True, description="field path -> where it came from")
 
     @model_validator(mode="after")

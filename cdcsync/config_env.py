@@ -35,9 +35,11 @@ from pydantic import BaseModel
 
 from cdcsync.config_base import ENV_PREFIX
 
-# Variables that start with the prefix and are not settings: the config file's path, the local stack's service
-# user (deploy/local) and the fault scenarios' knobs (tests/chaos).
-NOT_SETTINGS = ("CDCSYNC_CONFIG", "CDCSYNC_SERVICE_USER", "CDCSYNC_CHAOS_")
+# Variables that start with the prefix and are not settings: the config file's path, the state directory where a
+# config sets no state_dir (cdcsync.state: the file's wins, so configs of one machine keep their own), the local
+# stack's service user (deploy/local) and the fault scenarios' knobs (tests/chaos).
+NOT_SETTINGS = ("CDCSYNC_CONFIG", "CDCSYNC_STATE_DIR", "CDCSYNC_SERVICE_USER", "CDCSYNC_CHAOS_")
+DEFAULT_ONLY = {"state_dir"}  # read from the environment where the file sets none, never over the file
 ENTRIES = {"sources": "SOURCE", "followers": "FOLLOWER"}  # lists whose entries are named in their variables
 MAP_WORDS = {"properties": "PROPERTY", "java_properties": "JAVA_PROPERTY"}  # one key of these maps: a property
 HIDDEN = {"origin"}
@@ -57,7 +59,7 @@ def settings(model: type[BaseModel], raw: Mapping[str, Any]) -> list[Setting]:
     """Every variable that sets something in a config of ``model`` whose file holds ``raw``."""
     found: list[Setting] = []
     for name, field in model.model_fields.items():
-        if name in HIDDEN:
+        if name in HIDDEN or name in DEFAULT_ONLY:
             continue
         entries = raw.get(name)
         if name in ENTRIES:

@@ -146,7 +146,9 @@ key after it, `_` for `.` (`CDCSYNC_KAFKA_PROPERTY_SASL_PASSWORD` sets
 (`CDCSYNC_SOURCE_<NAME>_TABLES='[public.orders, public.customers]'`). A
 `CDCSYNC_` variable that sets nothing is a config error naming the closest
 one, so a misspelling is never ignored. `CDCSYNC_CONFIG` is the config
-file's path.
+file's path; `CDCSYNC_STATE_DIR` is where state goes when the file sets no
+`state_dir` (the file's wins, so several configs on one machine keep their
+own).
 
 Why this rule rather than pydantic-settings' environment source: that one
 reaches a list entry by its index (`CDCSYNC_SOURCES__0__PASSWORD`), which

@@ -28,7 +28,7 @@ def leaves(model: type[BaseModel], path: str) -> set[str]:
     found = set()
     for name, field in model.model_fields.items():
         inner = config_env._model_in(field.annotation)
-        if name in ("origin",) or (path.endswith("]") and name == "name"):
+        if name in ("origin", "state_dir") or (path.endswith("]") and name == "name"):
             continue
         if name in ("sources", "followers"):
             found |= leaves(config_env._model_in(field.annotation.__args__[0]), f"{name}[0]")  # type: ignore[arg-type]
@@ -117,6 +117,14 @@ def test_switches_and_secrets_of_the_spark_section(tmp_path: Path) -> None:
     assert cfg.redacted()["spark"]["conf"]["spark.hadoop.fs.s3a.secret.key"] == "**********"
     assert "s3cr3t" not in str(cfg.redacted())
     assert environment_config({"CDCSYNC_SPARK_CLASS_ARCHIVE": "0"}).spark.class_archive == "off"
+
+
+def test_the_state_directory_variable_is_a_default_the_file_overrides(tmp_path: Path) -> None:
+    """CDCSYNC_STATE_DIR is where state goes when a config names no state_dir: one machine's configs keep theirs."""
+    source = {**SOURCE, "tables": ["public.orders"]}
+    own = load_config(write(tmp_path, {"sources": [source], "state_dir": "/srv/a"}), env={"CDCSYNC_STATE_DIR": "/x"})
+    assert own.state_dir == "/srv/a"
+    assert load_config(write(tmp_path, {"sources": [source]}), env={"CDCSYNC_STATE_DIR": "/x"}).state_dir is None
 
 
 def test_the_environment_alone_makes_a_config_and_leaves_entries_it_cannot_place() -> None:
