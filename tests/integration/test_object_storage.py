@@ -31,6 +31,7 @@ from cdcsync.snapshot import parallel, replay
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
 from cdcsync.state import base_dir
 from cdcsync.sync.build import build_follower
+from cdcsync.sync.delta_upkeep import Upkeep
 from cdcsync.sync.sinks import build_sink, object_store
 from cdcsync.sync.sinks.delta import DeltaSink
 from cdcsync.sync.stream import checkpoint_dir
@@ -50,6 +51,15 @@ LOGGED = (
     "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr); "
     "sys.argv[0] = 'cdcsync'; from cdcsync.cli import main; main()"
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def s3_stopped_after() -> Iterator[None]:
+    """pyarrow's S3 support, started in this process by the bucket's listings and the fill's spool, is stopped
+    after the module: the AWS SDK's threads make a later fork unsafe, and the test run forks a child for each
+    Spark driver it launches."""
+    yield
+    fs.finalize_s3()
 
 
 def bucket() -> fs.FileSystem:
@@ -144,14 +154,27 @@ def warehouse(tmp_path: Path) -> Iterator[Warehouse]:
 
 @pytest.fixture
 def spark(warehouse: Warehouse) -> Iterator[Any]:
-    """A session with the scenario's s3a settings: a session made before them (another module's) is stopped, as its
-    Hadoop configuration is fixed when it starts."""
+    """A session with the scenario's s3a settings, in a driver JVM of its own.
+
+    A session made before (another module's) is stopped, as its Hadoop configuration is fixed when it starts; and
+    so is the JVM it ran in: Hadoop finds S3A's classes on the class path a driver JVM started with, and a JVM
+    started without S3A's jars (a session whose config reaches no object storage) never finds them, as a
+    `cdcsync` command, one session per process, never meets.
+    """
     from pyspark import SparkContext
 
     from cdcsync.spark import spark_session
 
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        jvm = getattr(gateway, "proc", None)
+        gateway.shutdown()
+        SparkContext._gateway = SparkContext._jvm = None  # the next session launches a JVM of its own
+        if jvm is not None:
+            jvm.terminate()
+            jvm.wait(60)
     session = spark_session("cdcsync-test-object-storage", config=warehouse.config)
     yield session
     session.stop()
@@ -227,6 +250,12 @@ def test_a_warehouse_in_a_bucket_bootstraps_streams_reindexes_and_verifies(
     assert "spool=none" not in rebuilt.stderr, "the reindex fell back to MERGEs"
     (last,) = w.verified()
     assert last["source_rows"] == last["store_rows"] == ROWS - 10 + 1, last
+
+    # The daemon's upkeep in the bucket: OPTIMIZE, VACUUM LITE, the sizes (no disk figure off local disk).
+    size = Upkeep(w.config, [cfg], spark).tick()["warehouse", f"public.{w.table}"]
+    assert size.files >= 1 and size.bytes > 0 and size.disk_bytes is None, size
+    (tidied,) = verify_follower(w.config, cfg, build_sink(w.config, cfg, spark))
+    assert tidied.clean and tidied.store_rows == ROWS - 10 + 1, tidied.as_dict()
 
     leaks = [what for what, text in w.outputs for key in (ENV["S3_ACCESS_KEY"], ENV["S3_SECRET_KEY"]) if key in text]
     assert not leaks, f"the S3 keys appear in: {', '.join(leaks)}"

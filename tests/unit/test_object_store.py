@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,11 +70,22 @@ def test_session_token_and_anonymous_access() -> None:
     assert object_store.s3_options(public, "lake") == {"anonymous": True}
 
 
+def build_in_this_process(where: str) -> tuple[str, str, dict[str, object]]:
+    """The file system ``filesystem`` gives for ``where``: its kind, the path in it, its arguments."""
+    store, path = object_store.filesystem(where, LOCAL_S3)
+    return type(store).__name__, path, arguments(store)
+
+
 def test_an_s3a_path_gets_an_s3_file_system_built_from_those_settings() -> None:
-    store, path = object_store.filesystem("s3a://lake/warehouse/items__staging__spool/", LOCAL_S3)
-    assert isinstance(store, fs.S3FileSystem)
+    # Built in a spawned process: pyarrow starts the AWS SDK for it, whose threads make every later fork of the
+    # process that started it unsafe, and the test run forks (each Spark driver it launches).
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        kind, path, built_with = pool.submit(
+            build_in_this_process, "s3a://lake/warehouse/items__staging__spool/"
+        ).result(timeout=120)
+    assert kind == "S3FileSystem"
     assert path == "lake/warehouse/items__staging__spool"
-    built = arguments(store)
+    built = built_with
     assert built["endpoint_override"] == "127.0.0.1:18333" and built["scheme"] == "http"
     assert built["access_key"] == "cdcsync" and built["region"] == object_store.ENDPOINT_REGION
     assert built["force_virtual_addressing"] is False
