@@ -22,6 +22,22 @@ def stack_up() -> None:
             pytest.fail(message + " [CI=true: a missing service is a failure]")
         pytest.skip(message)  # only outside CI, see above
     _drop_orphan_slots()
+    _first_driver()
+
+
+def _first_driver() -> None:
+    """Start the run's Spark driver JVM now, before the first test that needs the stack.
+
+    PySpark launches a driver JVM from a forked child that runs Python before
+    it execs; forked from a process that had run the unit tests and then a
+    sink test's threads, that child crashed (a segmentation fault, failing
+    every test of the module that launched it). Launched here, the JVM serves
+    every module's session; only a module that needs a JVM of its own (S3A's
+    class path: test_object_storage) launches another.
+    """
+    from cdcsync.spark import spark_session
+
+    spark_session("cdcsync-tests").stop()  # the JVM stays up: the next session starts in it
 
 
 def _drop_orphan_slots() -> None:

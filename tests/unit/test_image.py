@@ -239,7 +239,7 @@ def test_the_image_java_is_the_local_stack_major() -> None:
     assert f"{home}/bin" in env.get("PATH", "").split(":"), "the JVM is not on PATH (pyspark runs `java`)"
 
 
-def test_the_image_resolves_the_spark_jars_as_install_sh_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_image_resolves_the_spark_jars_as_install_sh_does(tmp_path: Path) -> None:
     script = INSTALL_SH.read_text()
     profile = re.search(r'^mvn_profile (\S+) "\$state/lib/spark"$', script, re.M)
     assert profile, "install.sh resolves no profile into $state/lib/spark (test out of date?)"
@@ -269,13 +269,17 @@ def test_the_image_resolves_the_spark_jars_as_install_sh_does(monkeypatch: pytes
     wanted = {"spark-sql-kafka-0-10_2.13-4.0.0.jar", "delta-spark_2.13-4.0.0.jar"}
     for jar in wanted:
         (jars / jar).touch()
-    monkeypatch.delenv("CDCSYNC_SPARK_JARS", raising=False)
-    monkeypatch.setenv("CDCSYNC_STATE_DIR", str(tmp_path / "state"))  # holds no jars: they must come from the ENV
-    for name in names:
-        monkeypatch.setenv(name, str(jars))
-    from cdcsync.driver import connector_jars
-
-    assert {j.name for j in connector_jars()} == wanted
+    env = {k: v for k, v in os.environ.items() if k != "CDCSYNC_SPARK_JARS"}
+    env["CDCSYNC_STATE_DIR"] = str(tmp_path / "state")  # holds no jars: they must come from the ENV
+    env.update({name: str(jars) for name in names})
+    # In a process of its own: the daemon's lookup imports pyspark, which the test run's process must not before
+    # its first Spark driver starts (a driver launched after it, in that process, crashed in its fork).
+    found = subprocess.run(
+        [sys.executable, "-c", "from cdcsync.driver import connector_jars; print(*(j.name for j in connector_jars()))"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    assert set(found.stdout.split()) == wanted
     # pyspark and delta-spark come from pyproject, their jars from the pom: one version each.
     pins = dict(re.sub(r"\[.*?\]", "", d).split("==", 1) for d in project()["project"]["dependencies"] if "==" in d)
     versions = pom_versions()
