@@ -235,6 +235,29 @@ def captured(kind: str, ddl: list[str], tables: list[str], **extra: Any) -> Iter
 
 
 @contextmanager
+def in_background(step: Callable[[], None], pause_s: float = 0.0) -> Iterator[None]:
+    """``step`` again and again on a thread of its own until the block ends; an error it raised fails the block."""
+    stop, errors = threading.Event(), []
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                step()
+                time.sleep(pause_s)
+        except BaseException as err:
+            errors.append(err)
+
+    worker = threading.Thread(target=loop)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join()
+    assert not errors, errors
+
+
+@contextmanager
 def killing_a_child_process(timeout_s: float = 120) -> Iterator[list[int]]:
     """SIGKILL the first child process this one starts (``multiprocessing``'s) within ``timeout_s``, as the
     kernel's out-of-memory killer would; yields the list that receives its pid."""

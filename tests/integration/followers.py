@@ -7,11 +7,11 @@ and dead-letter topic, all removed afterwards.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -28,7 +28,7 @@ from cdcsync.sync.build import build_follower
 from cdcsync.sync.sinks import build_sink
 from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
 from cdcsync.sync.verify import TableReport, verify_follower
-from tests.support import ENV, drop_capture, execute, read_topic, source_dict, uid, wait_streaming
+from tests.support import ENV, drop_capture, execute, in_background, read_topic, source_dict, uid, wait_streaming
 
 
 def follower_dicts(tag: str, tmp: Path) -> list[dict[str, Any]]:
@@ -140,31 +140,19 @@ def writing(t: str, rows: int, kind: str = "postgres") -> Iterator[None]:
     1..rows, delete its own insert of 20 transactions ago. Rows that existed
     before are updated, never deleted: a reader may count on each of them.
     """
-    stop, errors = threading.Event(), []
+    ids = itertools.count(100_001)
 
-    def loop() -> None:
-        i = 100_000
-        try:
-            while not stop.is_set():
-                i += 1
-                execute(
-                    kind,
-                    f"INSERT INTO {t} VALUES ({i}, {i})",
-                    f"UPDATE {t} SET v = v + 1 WHERE id = {i % rows + 1}",
-                    f"DELETE FROM {t} WHERE id = {i - 20} AND id > 100000",
-                )
-                time.sleep(0.003)
-        except BaseException as err:
-            errors.append(err)
+    def step() -> None:
+        i = next(ids)
+        execute(
+            kind,
+            f"INSERT INTO {t} VALUES ({i}, {i})",
+            f"UPDATE {t} SET v = v + 1 WHERE id = {i % rows + 1}",
+            f"DELETE FROM {t} WHERE id = {i - 20} AND id > 100000",
+        )
 
-    writer = threading.Thread(target=loop)
-    writer.start()
-    try:
+    with in_background(step, pause_s=0.003):
         yield
-    finally:
-        stop.set()
-        writer.join()
-    assert not errors, errors
 
 
 def drop_stores(config: Config, tag: str) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -37,7 +36,7 @@ from cdcsync.state import base_dir
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
 from tests.integration.followers import scenario
-from tests.support import ENV, execute, uid
+from tests.support import ENV, execute, in_background, uid
 
 PARTITIONS = 4
 TENANTS = ("acme", "globex", "initech", "umbrella")
@@ -125,7 +124,7 @@ class Writes:
 @contextmanager
 def mixed_writes(kind: str, t: str, writes: Writes, seed: int) -> Iterator[None]:
     """Transactions of 1-4 changes until the block ends: inserts, one-column updates, deletes, key updates."""
-    stop, errors, rng = threading.Event(), [], random.Random(seed)
+    rng = random.Random(seed)
 
     def where(key: tuple[str, str]) -> str:
         return f"tenant = '{key[0]}' AND code = '{key[1]}'"
@@ -133,54 +132,43 @@ def mixed_writes(kind: str, t: str, writes: Writes, seed: int) -> Iterator[None]
     def take() -> tuple[str, str]:
         return writes.live.pop(rng.randrange(len(writes.live)))
 
-    def loop() -> None:
-        try:
-            while not stop.is_set():
-                statements = []
-                for _ in range(rng.randint(1, 4)):
-                    roll = rng.random()
-                    if roll < 0.25 or len(writes.live) < 50:
-                        key = new_key(rng)
-                        statements.append(f"INSERT INTO {t} VALUES {row_values(key, rng)}")
-                        writes.live.append(key)
-                        writes.done["insert"] += 1
-                    elif roll < 0.5:  # the wide column left alone
-                        key = rng.choice(writes.live)
-                        statements.append(f"UPDATE {t} SET qty = qty + 1 WHERE {where(key)}")
-                        writes.done["update"] += 1
-                    elif roll < 0.6:
-                        key = rng.choice(writes.live)
-                        statements.append(f"UPDATE {t} SET note = 'u{rng.randint(0, 999)}' WHERE {where(key)}")
-                        writes.done["update"] += 1
-                    elif roll < 0.75:
-                        key = take()
-                        statements.append(f"DELETE FROM {t} WHERE {where(key)}")
-                        writes.dead.append(key)
-                        writes.done["delete"] += 1
-                    else:  # a key update, a third of them back to a key deleted before
-                        old = take()
-                        back = writes.dead and rng.random() < 0.33
-                        new = writes.dead.pop(rng.randrange(len(writes.dead))) if back else new_key(rng)
-                        statements.append(
-                            f"UPDATE {t} SET tenant = '{new[0]}', code = '{new[1]}', qty = qty + 1 WHERE {where(old)}"
-                        )
-                        writes.live.append(new)
-                        writes.dead.append(old)
-                        writes.moves.append((old, new))
-                        writes.done["key update"] += 1
-                execute(kind, *statements)
-                time.sleep(0.01)
-        except BaseException as err:
-            errors.append(err)
+    def transaction() -> None:
+        statements = []
+        for _ in range(rng.randint(1, 4)):
+            roll = rng.random()
+            if roll < 0.25 or len(writes.live) < 50:
+                key = new_key(rng)
+                statements.append(f"INSERT INTO {t} VALUES {row_values(key, rng)}")
+                writes.live.append(key)
+                writes.done["insert"] += 1
+            elif roll < 0.5:  # the wide column left alone
+                key = rng.choice(writes.live)
+                statements.append(f"UPDATE {t} SET qty = qty + 1 WHERE {where(key)}")
+                writes.done["update"] += 1
+            elif roll < 0.6:
+                key = rng.choice(writes.live)
+                statements.append(f"UPDATE {t} SET note = 'u{rng.randint(0, 999)}' WHERE {where(key)}")
+                writes.done["update"] += 1
+            elif roll < 0.75:
+                key = take()
+                statements.append(f"DELETE FROM {t} WHERE {where(key)}")
+                writes.dead.append(key)
+                writes.done["delete"] += 1
+            else:  # a key update, a third of them back to a key deleted before
+                old = take()
+                back = writes.dead and rng.random() < 0.33
+                new = writes.dead.pop(rng.randrange(len(writes.dead))) if back else new_key(rng)
+                statements.append(
+                    f"UPDATE {t} SET tenant = '{new[0]}', code = '{new[1]}', qty = qty + 1 WHERE {where(old)}"
+                )
+                writes.live.append(new)
+                writes.dead.append(old)
+                writes.moves.append((old, new))
+                writes.done["key update"] += 1
+        execute(kind, *statements)
 
-    writer = threading.Thread(target=loop)
-    writer.start()
-    try:
+    with in_background(transaction, pause_s=0.01):
         yield
-    finally:
-        stop.set()
-        writer.join()
-    assert not errors, errors
 
 
 def raw_records(topic: str) -> dict[int, list[tuple[int, bytes, bytes | None]]]:
