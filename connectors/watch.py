@@ -30,6 +30,17 @@ watchdog beside its followers; per source, every ``WATCH_S``:
   (``connectors.source_setup``), counted as ``source_setup``; a partition
   attached since has its rows snapshotted, counted as ``partition_snapshot``,
   and one detached is a problem until the daemon restarts (``connectors.partitions``).
+- **A component back**: while Kafka or the source database cannot be reached
+  the watchdog only reports; a restart then would fail, or leave a task
+  Connect cannot stop holding the slot, and would grow the back-off. The
+  silence of an outage is not a stall: it counts from the component's
+  return, the back-off starts again from nothing, and capture that has not
+  produced ``RETURN_GRACE_S`` after the return is healed at once rather than
+  after ``stall_after_s`` (docs/daemon.md, "Back within a minute").
+- **FAILED because the replication slot is held** (``replication slot … is
+  active for PID n``: the connection of a task Connect could not stop): the
+  backend holding it is ended before the restart, or every restart fails the
+  same way.
 - What it cannot heal (connector missing, still stalled or failed) it reports:
   ``health()`` feeds ``/healthz``, and every action is a log line and a count
   in ``cdcsync_capture_heals_total``; ``cdcsync_capture_heartbeat_age_seconds``
@@ -57,9 +68,11 @@ from cdcsync.errors import CdcsyncError, RetryableError
 
 log = logging.getLogger("cdcsync.capture")
 
-WATCH_S = 10.0
+WATCH_S = 5.0
+RETURN_GRACE_S = 20.0  # capture silent this long after Kafka or its database came back is healed at once
 RESTART_FIRST_S = 10.0
 RESTART_CAP_S = 600.0
+WAITING = "its database cannot be reached: restarted when it answers"
 RESTORE_CHECK_S = 60.0  # how often the source's log position is compared with what capture read
 
 
@@ -75,10 +88,27 @@ class SourceState:
     setup_problem: str = ""  # what connectors.source_setup finds and may not fix (a table at risk it does not own)
     detached: list[str] = field(default_factory=list)  # partitions that left a table, their rows still followed
     next_restore_check: float = 0.0
+    db_down: bool = False  # the database did not answer the last probe
+    returned_at: float | None = None  # Kafka or the database came back then, and no heartbeat has come since
 
     @property
     def stall_after_s(self) -> float:
         return stall_after_s(self.source.heartbeat_interval_ms)
+
+    @property
+    def quiet_after_s(self) -> float:
+        """Heartbeats missed this long: worth asking whether the database answers (a few missed beats)."""
+        return max(3 * self.source.heartbeat_interval_ms / 1000, 2 * WATCH_S)
+
+    def back(self, now: float) -> None:
+        """Kafka or the database answers again: the outage was no stall, and the back-off starts afresh."""
+        self.returned_at = self.advanced_at = now
+        self.heals_in_row, self.next_heal = 0, 0.0
+
+    def stalled(self, now: float) -> bool:
+        if self.returned_at is not None and now - self.returned_at >= RETURN_GRACE_S:
+            return True
+        return now - self.advanced_at >= self.stall_after_s
 
 
 # Debezium's DDL parser failed on a statement in the binlog: the task re-reads the same event after every restart.
@@ -107,6 +137,10 @@ def unrecoverable(trace: str) -> str | None:
     )
 
 
+# A task that cannot take its slot because the connection of an earlier task still holds it.
+SLOT_HELD = re.compile(r"replication slot \"?[\w.]+\"? is active for PID \d+")
+
+
 def heal_backoff_s(heals_in_row: int) -> float:
     return float(min(RESTART_FIRST_S * 2 ** max(heals_in_row - 1, 0), RESTART_CAP_S))
 
@@ -123,23 +157,48 @@ class CaptureWatch:
         self.clock = clock
         self.sources = [SourceState(s) for s in config.sources]
         self._consumer: Consumer | None = None
+        self.kafka_down_since: float | None = None  # when the heartbeat end could last not be read
+
+    def kafka_problem(self) -> str:
+        return "Kafka cannot be reached: capture is not judged or restarted until it answers"
 
     def health(self) -> tuple[bool, list[str]]:
-        problems = [f"capture {s.source.name}: {s.problem}" for s in self.sources if s.problem]
+        problems = [f"capture: {self.kafka_problem()}"] if self.kafka_down_since is not None else []
+        problems += [f"capture {s.source.name}: {s.problem}" for s in self.sources if s.problem]
         problems += [f"capture {s.source.name}: {s.went_back}" for s in self.sources if s.went_back]
         problems += [f"capture {s.source.name}: {s.setup_problem}" for s in self.sources if s.setup_problem]
         problems += [f"capture {s.source.name}: {line}" for s in self.sources for line in s.detached]
         return not problems, problems
 
     def tick(self) -> None:
+        ends = self._kafka_ends()
         for state in self.sources:
+            if ends is None:
+                continue
             try:
-                self._watch(state)
-            except (CdcsyncError, KafkaException) as err:
+                self._watch(state, ends[state.source.name])
+            except CdcsyncError as err:
                 state.problem = f"cannot be watched: {err}"
                 log.warning("source=%s capture=unknown error=%s", state.source.name, err)
 
-    def _watch(self, state: SourceState) -> None:
+    def _kafka_ends(self) -> dict[str, int] | None:
+        """Each source's heartbeat end, or None while Kafka cannot be reached (its return resets every source)."""
+        now = self.clock()
+        try:
+            ends = {state.source.name: self._heartbeat_end(state.source) for state in self.sources}
+        except KafkaException as err:
+            if self.kafka_down_since is None:
+                self.kafka_down_since = now
+                log.warning("capture=unknown kafka=unreachable error=%s", err)
+            return None
+        if self.kafka_down_since is not None:
+            log.info("capture=judged_again kafka=back after_s=%.0f", now - self.kafka_down_since)
+            self.kafka_down_since = None
+            for state in self.sources:
+                state.back(now)
+        return ends
+
+    def _watch(self, state: SourceState, end: int) -> None:
         name, now = state.source.name, self.clock()
         status = self.client.status(name)
         if status is None:
@@ -159,22 +218,52 @@ class CaptureWatch:
                 state.problem = problem
                 return
             state.problem = f"FAILED: {trace.strip().splitlines()[0][:300] if trace.strip() else 'no trace'}"
-            self._heal(state, now, "restart_failed", lambda: self.client.restart(name))
+            if not self._database_answers(state, now):
+                state.problem += f"; {WAITING}"
+                return
+            if SLOT_HELD.search(trace):  # the connection of a task Connect could not stop: every restart fails so
+                self._heal(state, now, "restart_failed", lambda: self._unstick(state.source))
+            else:
+                self._heal(state, now, "restart_failed", lambda: self.client.restart(name))
             return
         metrics.CAPTURE_UNRECOVERABLE.labels(name).set(0)
-        end = self._heartbeat_end(state.source)
         if end != state.heartbeat_end:
-            if state.heartbeat_end >= 0 and state.heals_in_row:
+            if state.heartbeat_end >= 0 and (state.heals_in_row or state.returned_at is not None):
                 log.info("source=%s capture=producing heartbeat_offset=%d after %d heal(s)", name, end,
                          state.heals_in_row)  # fmt: skip
             state.heartbeat_end, state.advanced_at = end, now
-            state.heals_in_row, state.problem = 0, ""
+            state.heals_in_row, state.problem, state.returned_at = 0, "", None
         age = now - state.advanced_at
         metrics.CAPTURE_HEARTBEAT_AGE.labels(name).set(age)
-        if status["connector"]["state"] != "RUNNING" or age < state.stall_after_s:
+        if status["connector"]["state"] != "RUNNING" or age < state.quiet_after_s:
             return
-        state.problem = f"RUNNING but no heartbeat for {age:.0f} s (every {state.source.heartbeat_interval_ms} ms)"
-        self._heal(state, now, "restart_stalled", lambda: self._unstick(state.source))
+        silent = f"RUNNING but no heartbeat for {age:.0f} s (every {state.source.heartbeat_interval_ms} ms)"
+        # Silent for a few heartbeats: a database down now is waited for, and its return starts the grace.
+        if not self._database_answers(state, now):
+            state.problem = f"{silent}; {WAITING}"
+        elif state.stalled(now):
+            state.problem = silent
+            self._heal(state, now, "restart_stalled", lambda: self._unstick(state.source))
+
+    def _database_answers(self, state: SourceState, now: float) -> bool:
+        """Whether the source's database takes a connection; its return resets the source (``SourceState.back``).
+
+        Asked only of a source that is failed or silent: a restart while the database is down (or still in
+        crash recovery) fails, and only grows the back-off that would delay the heal once it is back.
+        """
+        try:
+            self._probe(state.source)
+        except UNREACHABLE as err:
+            if not state.db_down:
+                log.warning("source=%s capture=waiting database=unreachable error=%s", state.source.name,
+                            str(err).splitlines()[0] if str(err) else type(err).__name__)  # fmt: skip
+            state.db_down = True
+            return False
+        if state.db_down:
+            log.info("source=%s capture=judged_again database=back", state.source.name)
+            state.db_down = False
+            state.back(now)
+        return True
 
     def _check_restore(self, state: SourceState, now: float) -> None:
         """Compare the database's log position with capture's offset; a database down now is asked next tick."""
@@ -231,9 +320,15 @@ class CaptureWatch:
         metrics.CAPTURE_HEALS.labels(state.source.name, action).inc()
         do()
 
+    def _probe(self, source: SourceConfig) -> None:
+        probe(source)
+
+    def _end_slot_backend(self, source: SourceConfig) -> int | None:
+        return end_slot_backend(source)
+
     def _unstick(self, source: SourceConfig) -> None:
         if source.kind == "postgres":
-            ended = end_slot_backend(source)
+            ended = self._end_slot_backend(source)
             if ended is not None:
                 log.warning("source=%s capture=slot_freed slot=%s ended_pid=%d", source.name, source.slot, ended)
                 metrics.CAPTURE_HEALS.labels(source.name, "slot_freed").inc()
@@ -246,6 +341,16 @@ class CaptureWatch:
             return int(self._consumer.get_watermark_offsets(TopicPartition(source.heartbeat_topic, 0), timeout=10)[1])
         finally:
             kafka.serve_logs(self._consumer)  # nothing else polls it: its log lines would pile up
+
+
+def probe(source: SourceConfig) -> None:
+    """Connect to the source's database and close again; raises one of ``UNREACHABLE`` if it does not answer."""
+    from cdcsync.db import connect_mariadb, connect_postgres
+
+    if source.kind == "postgres":
+        connect_postgres(source, timeout_s=3).close()
+    else:
+        connect_mariadb(source, timeout_s=3, database=False).close()
 
 
 def end_slot_backend(source: SourceConfig) -> int | None:

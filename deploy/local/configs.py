@@ -129,6 +129,9 @@ def connect_properties(env: Env, plugins: Path, secrets: Path) -> str:
         "offset.flush.interval.ms=1000\n"
         # One worker: reassign a dead worker's tasks at once instead of after 5 minutes.
         "scheduled.rebalance.max.delay.ms=0\n"
+        # A Debezium task stopping while the broker is away took 5-9 s here; with Connect's 5 s default its
+        # successor started while the old one still held the Postgres slot and its JMX names (docs/capture.md).
+        "task.shutdown.graceful.timeout.ms=20000\n"
         f"listeners=http://127.0.0.1:{env['CONNECT_PORT']}\nrest.advertised.host.name=127.0.0.1\n"
         f"plugin.path={plugins}\ntopic.creation.enable=true\n"
         # Connector secrets are ${file:...} references resolved here, never stored in the connector config

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from cdcsync.config import Config
 from cdcsync.connectors import watch as w
@@ -52,13 +53,34 @@ class Connect:
 
 
 class Watch(CaptureWatch):
+    """The watchdog with Kafka's heartbeat end, the database's answer and the slot's holder as plain values."""
+
     def __init__(self, connect: Connect, kind: str = "mariadb") -> None:
         self.now, self.heartbeat = 0.0, 0
+        self.kafka_up, self.database_up = True, True
+        self.ended: list[str] = []  # sources whose slot holder was ended
         config = Config.model_validate({"sources": [{**SOURCE, "kind": kind}]})
         super().__init__(config, client=connect, clock=lambda: self.now)  # type: ignore[arg-type]
 
     def _heartbeat_end(self, source: Any) -> int:
+        if not self.kafka_up:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         return self.heartbeat
+
+    def _probe(self, source: Any) -> None:
+        if not self.database_up:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    def _end_slot_backend(self, source: Any) -> int | None:
+        self.ended.append(source.name)
+        return 4242
+
+    def run_for(self, seconds: float, beating: bool = False) -> None:
+        """A tick every ``WATCH_S`` for ``seconds``; the heartbeat grows at each when ``beating``."""
+        for _ in range(int(seconds / w.WATCH_S)):
+            self.now += w.WATCH_S
+            self.heartbeat += beating
+            self.tick()
 
 
 def test_a_failed_task_is_restarted_with_a_growing_backoff_until_it_runs() -> None:
@@ -123,21 +145,74 @@ def test_a_log_behind_what_capture_read_is_a_restore() -> None:
 
 
 @pytest.mark.parametrize("kind", ["postgres", "mariadb"])
-def test_a_database_still_down_does_not_stop_the_watch_restarting_its_failed_task(kind: str) -> None:
-    """The kill -9 of Postgres: its task FAILED while the database restarts, and the restore check cannot connect.
+def test_a_failed_task_waits_for_its_database_and_is_restarted_the_moment_it_answers(kind: str) -> None:
+    """The kill -9 of Postgres: the task FAILED while the database restarts.
 
-    Port 1 refuses connections for real. The watch used to raise out of
-    ``tick`` here, which ended the daemon's watch thread: the FAILED task
-    was never restarted and capture stayed down for good.
+    A restart while the database cannot be reached fails, and used to double the
+    back-off each time: once the database was back, the next restart could be
+    minutes away. Now the watch waits, says so, and restarts at the first tick
+    the database answers, whatever restarts came before.
     """
     connect = Connect()
     connect.offsets = lambda name: [{"offset": {"lsn": 10, "gtids": "0-1-5"}}]  # type: ignore[method-assign]
     connect.task = "FAILED"
     watch = Watch(connect, kind=kind)
+    watch.run_for(60)  # restarted six times, the back-off grown to 40 s
+    restarts = len(connect.calls)
+    assert restarts >= 2 and watch.sources[0].heals_in_row == restarts
+    watch.database_up = False
+    watch.run_for(300)
+    assert len(connect.calls) == restarts  # no restart while it is down
+    ok, [problem] = watch.health()
+    assert not ok and problem.endswith("its database cannot be reached: restarted when it answers")
+    watch.database_up = True
+    watch.run_for(w.WATCH_S)
+    assert len(connect.calls) == restarts + 1  # at once, not after the back-off it had reached
+    assert watch.sources[0].heals_in_row == 1
+
+
+def test_kafka_down_is_no_stall_and_capture_silent_after_its_return_is_healed_within_the_grace() -> None:
+    """A broker down for ten minutes: nothing is restarted meanwhile (a restart then leaves a task Connect
+    cannot stop), the outage is not counted as silence, and capture still silent ``RETURN_GRACE_S`` after
+    Kafka answers again is healed then, not a minute later and not after a grown back-off."""
+    connect = Connect()
+    watch = Watch(connect)
+    watch.run_for(30, beating=True)
+    watch.sources[0].heals_in_row, watch.sources[0].next_heal = 5, 10_000.0  # heals before: a long back-off
+    watch.kafka_up = False
+    watch.run_for(600)
+    assert connect.calls == []
+    assert watch.health() == (False, [f"capture: {watch.kafka_problem()}"])
+    watch.kafka_up = True
+    watch.run_for(w.RETURN_GRACE_S)  # its first tick sees Kafka back; Connect's own recovery gets the grace
+    assert connect.calls == [] and watch.health() == (True, [])
+    watch.run_for(w.WATCH_S)
+    assert connect.calls == ["restart_all"]
+    assert watch.sources[0].heals_in_row == 1
+
+
+def test_capture_that_produces_after_kafka_returns_is_left_alone() -> None:
+    connect = Connect()
+    watch = Watch(connect)
+    watch.run_for(30, beating=True)
+    watch.kafka_up = False
+    watch.run_for(120)
+    watch.kafka_up = True
+    watch.run_for(10 * w.RETURN_GRACE_S, beating=True)
+    assert connect.calls == [] and watch.health() == (True, [])
+
+
+def test_a_task_failed_on_a_slot_another_connection_holds_has_the_holder_ended_then_restarted() -> None:
+    connect = Connect()
+    connect.task = "FAILED"
+    connect.trace = (
+        "io.debezium.DebeziumException: Failed to start replication stream at LSN{0/24C842B8}\n"
+        'Caused by: org.postgresql.util.PSQLException: ERROR: replication slot "cdcsync_pg_inventory" is active '
+        "for PID 5917"
+    )
+    watch = Watch(connect, kind="postgres")
     watch.tick()
-    assert connect.calls == ["restart"]
-    assert watch.sources[0].went_back == ""  # not known while the database is down: no restore is claimed
-    assert watch.sources[0].next_restore_check <= watch.now + w.WATCH_S  # tried again at the next tick
+    assert watch.ended == ["pg"] and connect.calls == ["restart_all"]
 
 
 def test_a_ddl_debezium_cannot_parse_is_not_restarted_and_the_table_column_and_fix_are_named() -> None:
