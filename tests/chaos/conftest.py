@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-# (row, {follower: seconds from the restart to a clean verify, or None}, changes written)
-RESULTS: list[tuple[str, dict[str, float | None], int]] = []
+
+@dataclass(frozen=True)
+class Recovery:
+    """One row of the kill matrix: seconds from the component's return (or the daemon's new start) to each step."""
+
+    row: str
+    capture_s: float | None  # both sources' table topics growing again
+    followers: dict[str, tuple[float | None, float | None]]  # follower -> (first batch that applied rows, clean verify)
+    changes: int
+
+
+RESULTS: list[Recovery] = []
 
 
 @pytest.fixture(autouse=True)
@@ -15,14 +26,19 @@ def _needs_stack(stack_up: None) -> None:
     """Every test here talks to the real local stack."""
 
 
+def seconds(figure: float | None) -> str:
+    return "-" if figure is None else f"{figure:.0f}"
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not RESULTS:
         return
-    followers = list(RESULTS[0][1])
+    followers = list(RESULTS[0].followers)
     write = terminalreporter.write_line
     write("")
-    write("kill -9 matrix: seconds from the restart to a clean `cdcsync verify` (- = did not converge)")
-    write(f"{'fault':<24}" + "".join(f"{f:>12}" for f in followers) + f"{'changes':>10}")
-    for row, converged, changes in RESULTS:
-        cells = "".join(f"{'-' if converged[f] is None else f'{converged[f]:.0f} s':>12}" for f in followers)
-        write(f"{row:<24}{cells}{changes:>10}")
+    write("kill -9 matrix: seconds from the component's return to capture producing, and per follower to its")
+    write("first applied batch / its first clean `cdcsync verify` (- = not seen)")
+    write(f"{'fault':<24}{'capture':>9}" + "".join(f"{f:>14}" for f in followers) + f"{'changes':>10}")
+    for r in RESULTS:
+        cells = "".join(f"{seconds(b) + ' / ' + seconds(v):>14}" for b, v in r.followers.values())
+        write(f"{r.row:<24}{seconds(r.capture_s):>9}{cells}{r.changes:>10}")
