@@ -54,7 +54,9 @@ writers of a table risk: docs/object-storage.md. The history table is shared (in
 
 Column types, and how a value goes into its column and comes back (``held``):
 ``delta_values``. Each table's log checkpoints are written beside the batches, not
-inside every tenth MERGE: ``delta_checkpoints``.
+inside every tenth MERGE: ``delta_checkpoints``. The tables are made, altered and
+removed in ``delta_tables``, read in ``delta_reads`` (``held``, ``scan``, ``lookup``,
+``live``) and published in ``delta_publish``; the history table is written in ``delta_history``.
 """
 
 from __future__ import annotations
@@ -64,45 +66,28 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.config_runtime import DeltaSettings
 from cdcsync.errors import FatalError, RetryableError, mapped
-from cdcsync.state import base_dir
 from cdcsync.sync.mapping import Row, fingerprint
-from cdcsync.sync.sink import Generations, WriteResult, batched
+from cdcsync.sync.sink import Generations, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks import delta_load as load
+from cdcsync.sync.sinks import delta_reads as reads
+from cdcsync.sync.sinks import delta_tables as tables
 from cdcsync.sync.sinks import object_store
-from cdcsync.sync.sinks.delta_values import (
-    BIGINT,
-    BOOLEAN,
-    COLUMN_MAPPING,
-    STRING,
-    TIMESTAMP,
-    column_kind,
-    commit_ts,
-    decode,
-    encode,
-    frame,
-    is_decimal,
-    kind_of,
-    needs_column_mapping,
-    quote,
-    read_column,
-    spark_type,
-    stored,
-)
+from cdcsync.sync.sinks.delta_history import append_history
+from cdcsync.sync.sinks.delta_publish import publish_one
+from cdcsync.sync.sinks.delta_tables import META, Table, table_root
+from cdcsync.sync.sinks.delta_values import STRING, commit_ts, encode, frame, quote, spark_type
 from cdcsync.sync.sinks.delta_writers import each_table, one_writer
 
 if TYPE_CHECKING:
@@ -110,31 +95,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-META = T.StructType(
-    [
-        T.StructField("_cdcsync_id", STRING, False),
-        T.StructField("_cdcsync_version", BIGINT, False),
-        T.StructField("_cdcsync_deleted", BOOLEAN, False),
-        T.StructField("_cdcsync_commit_ts", TIMESTAMP),
-    ]
-)
-HISTORY = T.StructType(
-    [
-        T.StructField("_cdcsync_id", STRING, False),
-        T.StructField("_cdcsync_op", STRING, False),
-        T.StructField("_cdcsync_version", BIGINT, False),
-        T.StructField("_cdcsync_commit_ts", TIMESTAMP),
-        T.StructField("_cdcsync_deleted", BOOLEAN, False),
-        T.StructField("_cdcsync_doc", STRING),
-    ]
-)
 # io.delta.exceptions.* (and their DELTA_CONCURRENT_* error classes): another writer committed first.
 CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "ConcurrentDeleteReadException",
              "ConcurrentDeleteDeleteException", "ConcurrentTransactionException", "ConcurrentWriteException",
              "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT")  # fmt: skip
-# A read planned on a table that a reindex's publish (one overwrite, maybe retyping columns) replaced before
-# the plan ran: Delta refuses it and asks for a new plan, which reads the new version.
-REPLACED, REPLANS = "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS", 3
 
 
 # A spooled row with a history (delta_load): META, then what the history table keeps of its change.
@@ -142,30 +106,6 @@ SPOOLED = T.StructType(META.fields + [T.StructField("_cdcsync_op", STRING), T.St
 
 
 STAGING = "__staging"
-# How long a table version's state keeps each replaced file's entry (delta.replaced_file_retention).
-LOOKUP_IDS = 1000  # ids in one lookup query's IN list
-REPLACED_RETENTION = "delta.deletedFileRetentionDuration"
-REPLACED_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"  # for new tables
-# Table properties cdcsync's session gives new tables, and opening a table sets where it lacks them (a table an
-# earlier cdcsync created): (property, the session's default for new tables).
-PROPERTIES = ((REPLACED_RETENTION, REPLACED_RETENTION_DEFAULT), (checkpoints.PROPERTY, checkpoints.DEFAULT))
-
-
-@dataclass
-class _Table:
-    path: str
-    kinds: dict[str, str | None]  # data column -> mapping kind (None: no declared type)
-    history: str  # the change history table's path (used only with history=True)
-    learned: dict[str, str | None] = dataclass_field(
-        default_factory=dict
-    )  # columns the table gained, before rows bring them
-    forgotten: set[str] = dataclass_field(default_factory=set)  # columns the table lost, to drop before a write
-    dropped: set[str] = dataclass_field(default_factory=set)  # columns dropped since it was staged (delta_load)
-
-
-def table_root(config: Config, follower: FollowerConfig) -> str:
-    """Where the follower's tables are: its ``path``, or ``<state>/warehouse/<follower>``."""
-    return follower.path or str(base_dir(config) / "warehouse" / follower.name)
 
 
 class DeltaSink:
@@ -215,7 +155,7 @@ class DeltaSink:
     ) -> None:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
         self._session = spark
-        self._tables: dict[str, _Table] = {}
+        self._tables: dict[str, Table] = {}
         self.generations = Generations()  # target -> its staged table's path (its _tables entry), until publish
         # A batch's tables MERGEd at once. Each holds its share of the batch and its own tasks' buffers, so the
         # memory bound of a batch (sync.batching) still holds; more than the cores buys nothing.
@@ -240,8 +180,8 @@ class DeltaSink:
 
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Create each target's table (and history table) if missing; add columns the mapping gained."""
-        for target, columns in self._wanted(mappings).items():
-            self._tables[target] = self._open_table(f"{self.path}/{target}", columns)
+        for target, columns in tables.wanted_columns(mappings).items():
+            self._tables[target] = tables.open_table(self, f"{self.path}/{target}", columns)
             self.generations.published(target)
 
     def learn(self, mapping: TableMapping) -> None:
@@ -252,7 +192,7 @@ class DeltaSink:
         """
         table = self._tables.get(mapping.target)
         if table is not None:
-            wanted = self._wanted([mapping])[mapping.target]
+            wanted = tables.wanted_columns([mapping])[mapping.target]
             table.learned.update({n: k for n, k in wanted.items() if n not in table.kinds})
 
     def forget(self, target: str, fields: Sequence[str]) -> None:
@@ -272,18 +212,18 @@ class DeltaSink:
     def settle(self) -> None:
         """Drop forgotten columns now: called while no writer runs (a follower starting, sync.reindex_needed)."""
         for table in self._tables.values():
-            self._drop_columns(table)
+            tables.drop_columns(self, table)
 
     def make_visible(self, targets: Sequence[str]) -> None:
         """Nothing to do: a MERGE is visible when its commit is."""
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """A fresh staged table per target, beside the live one, and its empty spool (module docstring)."""
-        for target, columns in self._wanted(mappings).items():
+        for target, columns in tables.wanted_columns(mappings).items():
             path = f"{self.path}/{target}{STAGING}"
-            self._remove(path)
-            self._remove(path + load.SUFFIX)
-            self._tables[target] = self._open_table(path, columns, history=f"{self.path}/{target}__history")
+            tables.remove(self, path)
+            tables.remove(self, path + load.SUFFIX)
+            self._tables[target] = tables.open_table(self, path, columns, history=f"{self.path}/{target}__history")
             with self._errors(f"making the spool {path}{load.SUFFIX} (pyarrow, with spark.conf's fs.s3a.*)"):
                 spool = load.spool_at(path + load.SUFFIX, self.storage) if self.spooled_fill else None
             if spool is not None:
@@ -294,9 +234,9 @@ class DeltaSink:
 
     def take_over(self, staged: Mapping[str, str], mappings: Sequence[TableMapping]) -> None:
         """Write to another process's staged tables: to their spools, which ``stage`` made (``snapshot.parallel``)."""
-        wanted = self._wanted(mappings)
+        wanted = tables.wanted_columns(mappings)
         for target, path in staged.items():
-            self._tables[target] = _Table(path, dict(wanted.get(target, {})), f"{self.path}/{target}__history")
+            self._tables[target] = Table(path, dict(wanted.get(target, {})), f"{self.path}/{target}__history")
             self._spools[path] = load.Spool(path + load.SUFFIX, self.storage)
             self.generations.stage(target, path)
 
@@ -306,74 +246,7 @@ class DeltaSink:
         ``tables_at_once`` targets at a time, as a batch's MERGEs: a bootstrap of many small tables
         is mostly each overwrite's fixed cost.
         """
-        each_table([partial(self._publish_one, target) for target in self.generations], self.tables_at_once)
-
-    def _publish_one(self, target: str) -> None:
-        staged, live = self._tables[target], f"{self.path}/{target}"
-        spool = self._spools.pop(staged.path, None)
-        with one_writer(live), self._errors(f"publishing {staged.path} to {live}"):
-            rows = self._loaded(staged, spool) if spool else self._spark.read.format("delta").load(staged.path)
-            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
-        self._tables[target] = _Table(live, staged.kinds, staged.history)
-        self.generations.published(target)
-        self._remove(staged.path)
-        if spool:
-            self._remove(spool.where)
-
-    def _loaded(self, staged: _Table, spool: load.Spool) -> DataFrame:
-        """The rows to publish of a spooled staged table: the newest of each id in its spool (``delta_load``).
-
-        The staged table itself holds no rows; the changes go to the history table here.
-        """
-        files = spool.files()
-        if not files:
-            return self._spark.read.format("delta").load(staged.path)
-        kinds, dropped = spool.kinds()  # of every process that wrote to it
-        gone = staged.dropped | dropped
-        staged.kinds = {n: k for n, k in (kinds | staged.kinds).items() if n not in gone}
-        if self.history:
-            changes = self._spark.read.option("mergeSchema", "true").parquet(spool.where)
-            changes = changes.select(*HISTORY.fieldNames()).dropDuplicates(["_cdcsync_id", "_cdcsync_version"])
-            self._insert_history(staged, changes)
-        log.info("sink=%s table=%s publishing_from=%s files=%d", self.name, staged.path, spool.where, len(files))
-        return load.newest(self._spark, spool.where, META, staged.kinds, self.soft_delete)
-
-    def _remove(self, path: str) -> None:
-        """Delete a directory tree through Hadoop's file system API, so any ``path`` scheme works."""
-        self._checkpoints.forget(path)
-        with self._errors(f"removing {path}"):
-            files, hadoop_path = self._hadoop(path)
-            files.delete(hadoop_path, True)
-
-    def _only_directories(self, path: str) -> bool:
-        """Whether ``path`` is a directory holding directories and not one file, at any depth."""
-        files, hadoop_path = self._hadoop(path)
-        if not files.exists(hadoop_path) or not files.listStatus(hadoop_path):
-            return False
-        return not files.listFiles(hadoop_path, True).hasNext()
-
-    def _hadoop(self, path: str) -> tuple[Any, Any]:
-        """Hadoop's file system of ``path``, and ``path`` as its ``Path``."""
-        context = self._spark.sparkContext
-        hadoop_path = context._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-        return hadoop_path.getFileSystem(context._jsc.hadoopConfiguration()), hadoop_path  # type: ignore[union-attr]
-
-    def _wanted(self, mappings: Sequence[TableMapping]) -> dict[str, dict[str, str | None]]:
-        """Each target's data columns and their kinds, checked against each other and the sink's columns."""
-        wanted: dict[str, dict[str, str | None]] = {}
-        for mapping in mappings:
-            columns = wanted.setdefault(mapping.target, {})
-            for column in (*mapping.types, *(mapping.include or ())):
-                if mapping.include is not None and column not in mapping.include:
-                    continue
-                name = mapping.field(column)
-                kind = column_kind(mapping.types.get(column), column, dict(mapping.decimals))
-                if name.startswith("_cdcsync_"):
-                    raise FatalError(f"mapping {mapping.table}: column {name!r} clashes with the sink's columns")
-                if columns.get(name, kind) != kind:
-                    raise FatalError(f"target {mapping.target}: column {name!r} is both {columns[name]} and {kind}")
-                columns[name] = kind
-        return wanted
+        each_table([partial(publish_one, self, target) for target in self.generations], self.tables_at_once)
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
         """MERGE each target's rows; see the module docstring for what is applied, older or rejected."""
@@ -412,58 +285,20 @@ class DeltaSink:
         return {ident: (version, doc) for ident, version, doc in self.scan(target)}
 
     def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """Every live row, one Spark partition at a time: ``(doc_id, version, doc in stored form)``.
-
-        Read with ``toLocalIterator``: a ``collect`` of a table of wide rows
-        held all of it in the driver's heap at once, and ``verify`` of a
-        warehouse of 60 KB rows ran out of it. A read that a reindex's publish
-        overtook before its first row is planned again on the new version; one
-        overtaken later fails, retryable (its rows so far are of the old table).
-        """
-        table, attempt = self._table(target), 0
-        columns = [read_column(name, kind) for name, kind in table.kinds.items()]
-        while True:
-            attempt += 1
-            rows = 0
-            try:
-                read = self.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).toLocalIterator()
-                for row in read:
-                    doc = {name: decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
-                    rows += 1
-                    yield row[0], row[1], self.stored_form(doc)
-                return
-            except Exception as err:
-                if REPLACED not in str(err) or attempt == REPLANS or rows:
-                    with self._errors(f"reading {table.path}"):
-                        raise
-                log.info("sink=%s table=%s replaced_while_read=true attempt=%d: planned again",
-                         self.name, table.path, attempt)  # fmt: skip
+        """Every live row, one Spark partition at a time: ``(doc_id, version, doc in stored form)`` (``reads.scan``)."""
+        yield from reads.scan(self, target)
 
     def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """The live rows of these ids, ``LOOKUP_IDS`` ids a query: ``(doc_id, version, doc in stored form)``."""
-        table = self._table(target)
-        columns = [read_column(name, kind) for name, kind in table.kinds.items()]
-        for chunk in batched(ids, LOOKUP_IDS):
-            with self._errors(f"reading {table.path}"):
-                found = self.live(target).where(F.col("_cdcsync_id").isin(list(chunk)))
-                rows = found.select("_cdcsync_id", "_cdcsync_version", *columns).collect()
-            for row in rows:
-                doc = {name: decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
-                yield row[0], row[1], self.stored_form(doc)
+        """The live rows of these ids, ``reads.LOOKUP_IDS`` ids a query: ``(doc_id, version, doc in stored form)``."""
+        yield from reads.lookup(self, target, ids)
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as ``held`` returns it (see the module docstring)."""
-        return {field: stored(value) for field, value in doc.items() if value is not None}
+        return reads.stored_form(doc)
 
     def live(self, target: str) -> DataFrame:
         """The target's table without delete markers: what readers should query (a staged one: its spool so far)."""
-        table = self._table(target)
-        spool = self._spools.get(table.path)
-        if spool is not None and spool.files():
-            rows = load.newest(self._spark, spool.where, META, table.kinds, self.soft_delete)
-        else:
-            rows = self._spark.read.format("delta").load(table.path)
-        return rows.where(~F.col("_cdcsync_deleted"))
+        return reads.live(self, target)
 
     def close(self) -> None:
         """Let a log checkpoint being written finish; the Spark session belongs to the caller."""
@@ -484,120 +319,12 @@ class DeltaSink:
 
     # ------------------------------------------------------------------ internals
 
-    def _table(self, target: str) -> _Table:
+    def _table(self, target: str) -> Table:
         if target not in self._tables:
             raise FatalError(f"sink {self.name}: target {target!r} was not opened")
         return self._tables[target]
 
-    def _open_table(self, path: str, columns: dict[str, str | None], history: str | None = None) -> _Table:
-        schema = T.StructType(META.fields + [T.StructField(n, spark_type(k)) for n, k in columns.items()])
-        table = _Table(path, {}, history or f"{path}__history")
-        with one_writer(path), self._errors(f"opening {path}"):
-            existing = self._create(path, schema, COLUMN_MAPPING if needs_column_mapping(columns) else {}, META)
-            self._checkpoint_here(path, self._set_properties(path))
-        if self.history:
-            with one_writer(table.history), self._errors(f"opening {table.history}"):
-                self._create(table.history, HISTORY, {}, HISTORY)
-                self._checkpoint_here(table.history, self._set_properties(table.history))
-        for field in existing.fields:
-            if field.name in META.fieldNames():
-                continue
-            wanted = columns.get(field.name)
-            if is_decimal(wanted) and (field.dataType == STRING or isinstance(field.dataType, T.DecimalType)):
-                # A decimal column keeps the type it was made with (DECIMAL(38,10) before the column types
-                # followed the source's): it reads back exactly, and a value it cannot hold is rejected naming
-                # it. A reindex makes the column anew.
-                table.kinds[field.name] = kind_of(field.dataType) or "decimal"
-                continue
-            if field.name in columns and field.dataType != spark_type(wanted):
-                raise FatalError(
-                    f"{path}: column {field.name} is {field.dataType.simpleString()}, the mapping wants "
-                    f"{spark_type(columns[field.name]).simpleString()} (the source column changed type?); run "
-                    f"`cdcsync reindex {self.name} --table {path.rsplit('/', 1)[-1]} --from source`, or fix the mapping"
-                )
-            table.kinds[field.name] = columns.get(field.name, kind_of(field.dataType))
-        self._add_columns(table, {n: k for n, k in columns.items() if n not in table.kinds})
-        return table
-
-    def _create(
-        self, path: str, schema: T.StructType, properties: Mapping[str, str], plain: T.StructType
-    ) -> T.StructType:
-        """Create the table at ``path`` unless there is one; its schema.
-
-        Delta takes a path-named table for an existing one as soon as its
-        directory lists anything, and a store may keep a removed table's
-        emptied directories a while (SeaweedFS's S3 gateway: up to ~2.5 min),
-        so a ``stage`` that removes and makes the same path at once would find
-        "a table" with no log. Where the directory holds nothing but empty
-        directories, the table is made by writing no rows of ``plain`` (columns
-        needing no column mapping) instead, with ``properties`` set after; the caller adds the rest. A
-        directory holding files is left to Delta, which refuses it.
-        """
-        if DeltaTable.isDeltaTable(self._spark, path) or not self._only_directories(path):
-            builder = DeltaTable.createIfNotExists(self._spark).location(path).addColumns(schema)
-            for prop, value in properties.items():
-                builder = builder.property(prop, value)
-            builder.execute()
-        else:
-            self._spark.createDataFrame([], plain).write.format("delta").mode("append").save(path)
-            if properties:  # column mapping, as the builder would have set it
-                listed = ", ".join(f"'{prop}' = '{value}'" for prop, value in properties.items())
-                self._spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ({listed})")
-            log.info("sink=%s table=%s created_by=write (its directory outlived its removal)", self.name, path)
-        return DeltaTable.forPath(self._spark, path).toDF().schema
-
-    def _set_properties(self, path: str) -> dict[str, str]:
-        """Give a table the properties of ``PROPERTIES`` it lacks; the table's properties after that.
-
-        New tables take them from the session's defaults (``cdcsync.spark``); this is for tables an earlier
-        cdcsync created. A value an operator set on the table is left as it is. A session not made by
-        ``cdcsync.spark`` has no such defaults, and Delta's own stay. Called holding the lock.
-        """
-        wanted = {prop: value for prop, default in PROPERTIES if (value := self._spark.conf.get(default, None))}
-        for prop, value in wanted.items():
-            if "'" in value:
-                raise FatalError(f"table property {prop}={value!r} (from the Spark session's defaults): want e.g. "
-                                 "'interval 1 hours' for delta.replaced_file_retention")  # fmt: skip
-        # The table's metadata only (DESCRIBE DETAIL would also count its files: a Spark job).
-        have = {row[0]: row[1] for row in self._spark.sql(f"SHOW TBLPROPERTIES delta.{quote(path)}").collect()}
-        missing = {prop: value for prop, value in wanted.items() if prop not in have}
-        if missing:
-            listed = ", ".join(f"'{prop}' = '{value}'" for prop, value in missing.items())
-            self._spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ({listed})")
-            log.info("sink=%s table=%s set=%s (were Delta's defaults)", self.name, path, missing)
-        return have | missing
-
-    def _checkpoint_here(self, path: str, properties: dict[str, str]) -> None:
-        """Have the log checkpoints of ``path`` written beside the batches if its interval is cdcsync's."""
-        if properties.get(checkpoints.PROPERTY) == checkpoints.INTERVAL:
-            self._checkpoints.watch(path)
-
-    def _add_columns(self, table: _Table, columns: dict[str, str | None]) -> None:
-        if not columns:
-            return
-        listed = ", ".join(f"{quote(n)} {spark_type(k).simpleString()}" for n, k in columns.items())
-        with one_writer(table.path), self._errors(f"adding columns to {table.path}"):
-            if needs_column_mapping(columns):  # a no-op on a table that has it
-                props = ", ".join(f"'{prop}' = '{value}'" for prop, value in COLUMN_MAPPING.items())
-                self._spark.sql(f"ALTER TABLE delta.{quote(table.path)} SET TBLPROPERTIES ({props})")
-            self._spark.sql(f"ALTER TABLE delta.{quote(table.path)} ADD COLUMNS ({listed})")
-        table.kinds.update(columns)
-
-    def _drop_columns(self, table: _Table) -> None:
-        gone = sorted(table.forgotten & table.kinds.keys())
-        table.forgotten.clear()
-        if not gone:
-            return
-        if table.path not in self._spools:  # a spooled table holds no rows: its load leaves the columns out
-            with one_writer(table.path), self._errors(f"dropping columns {gone} from {table.path}"):
-                rows = self._spark.read.format("delta").load(table.path).drop(*gone)
-                rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(table.path)
-        for name in gone:
-            del table.kinds[name]
-        table.dropped.update(gone)
-        log.info("sink=%s table=%s dropped_columns=%s", self.name, table.path, gone)
-
-    def _write_target(self, table: _Table, rows: list[Row]) -> WriteResult:
+    def _write_target(self, table: Table, rows: list[Row]) -> WriteResult:
         spool = self._spools.get(table.path)
         if spool is not None:  # a file of its own: no turn to take
             return self._spooled(table, spool, rows)
@@ -605,10 +332,10 @@ class DeltaSink:
             return self._write_locked(table, rows)
 
     def _encoded(
-        self, table: _Table, rows: list[Row], result: WriteResult
+        self, table: Table, rows: list[Row], result: WriteResult
     ) -> tuple[list[tuple[Row, dict[str, Any]]], dict[str, str | None]]:
         """Each row with its values encoded for their columns, and the columns they bring; the rest rejected."""
-        self._drop_columns(table)
+        tables.drop_columns(self, table)
         records: list[tuple[Row, dict[str, Any]]] = []
         new: dict[str, str | None] = {}
         for row in rows:
@@ -621,8 +348,8 @@ class DeltaSink:
             records.append((row, values))
         return records, new
 
-    def _spooled(self, table: _Table, spool: load.Spool, rows: list[Row]) -> WriteResult:
-        """A staged table's rows into its spool, one file: all applied for now; ``_load`` keeps the newest."""
+    def _spooled(self, table: Table, spool: load.Spool, rows: list[Row]) -> WriteResult:
+        """A staged table's rows into its spool, one file: all applied for now; the publish keeps the newest."""
         result = WriteResult()
         records, new = self._encoded(table, rows, result)
         table.kinds.update(new)  # the spool's files carry their columns; the load writes the table's schema
@@ -640,12 +367,12 @@ class DeltaSink:
         meta = (row.doc_id, row.version, row.doc is None, commit_ts(row))
         return (*meta, row.change.op, None if row.doc is None else fingerprint(row.doc)) if history else meta
 
-    def _write_locked(self, table: _Table, rows: list[Row]) -> WriteResult:
+    def _write_locked(self, table: Table, rows: list[Row]) -> WriteResult:
         result = WriteResult()
         records, new = self._encoded(table, rows, result)
         if not records:
             return result
-        self._add_columns(table, new)
+        tables.add_columns(self, table, new)
         names = list(table.kinds)
         schema = T.StructType(META.fields + [T.StructField(n, spark_type(table.kinds[n])) for n in names])
         data = [(*self._meta(row, False), *(values.get(n) for n in names)) for row, values in records]
@@ -665,22 +392,7 @@ class DeltaSink:
             metrics = merge.execute().collect()[0]
             self._checkpoints.committed(table.path)
             if self.history:
-                self._append_history(table, records)
+                append_history(self, table, records)
         result.applied = int(metrics["num_inserted_rows"]) + int(metrics["num_updated_rows"])
         result.older = len(records) - result.applied
         return result
-
-    def _append_history(self, table: _Table, records: list[tuple[Row, dict[str, Any]]]) -> None:
-        data = [
-            (row.doc_id, row.change.op, row.version, commit_ts(row), row.doc is None,
-             None if row.doc is None else fingerprint(row.doc))
-            for row, _ in records
-        ]  # fmt: skip
-        self._insert_history(table, frame(self._spark, data, HISTORY))
-
-    def _insert_history(self, table: _Table, source: DataFrame) -> None:
-        key = "t._cdcsync_id = s._cdcsync_id AND t._cdcsync_version = s._cdcsync_version"
-        with one_writer(table.history):  # shared by the live and the staged table
-            target = DeltaTable.forPath(self._spark, table.history).alias("t")
-            target.merge(source.alias("s"), key).whenNotMatchedInsertAll().execute()
-            self._checkpoints.committed(table.history)
