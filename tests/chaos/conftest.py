@@ -33,12 +33,13 @@ def seconds(figure: float | None) -> str:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not RESULTS:
         return
-    followers = list(RESULTS[0].followers)
+    followers = next((list(r.followers) for r in RESULTS if r.followers), [])
     write = terminalreporter.write_line
     write("")
     write("kill -9 matrix: seconds from the component's return to capture producing, and per follower to its")
     write("first applied batch / its first clean `cdcsync verify` (- = not seen)")
     write(f"{'fault':<24}{'capture':>9}" + "".join(f"{f:>14}" for f in followers) + f"{'changes':>10}")
     for r in RESULTS:
-        cells = "".join(f"{seconds(b) + ' / ' + seconds(v):>14}" for b, v in r.followers.values())
+        figures = [r.followers.get(f, (None, None)) for f in followers]
+        cells = "".join(f"{seconds(b) + ' / ' + seconds(v):>14}" for b, v in figures)
         write(f"{r.row:<24}{seconds(r.capture_s):>9}{cells}{r.changes:>10}")
