@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from bench import cpu
 
@@ -59,5 +60,7 @@ def test_cores_are_the_difference_over_the_window_busiest_first() -> None:
 
 def test_a_sample_of_this_machine_counts_this_process() -> None:
     first = cpu.sample()
-    sum(i * i for i in range(300_000))  # some CPU of its own
+    started = time.process_time()
+    while time.process_time() - started < 0.1:  # some CPU of its own: ten clock ticks, not a fixed loop's few
+        sum(i * i for i in range(10_000))
     assert cpu.sample()["bench"] > first["bench"] >= 0
