@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdcsync import kafka, metrics
 from cdcsync.config import Config, SourceConfig
@@ -137,6 +137,9 @@ def unrecoverable(trace: str) -> str | None:
     )
 
 
+# What reading a topic's end raises when the topic does not exist (as opposed to Kafka being away).
+NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
+
 # A task that cannot take its slot because the connection of an earlier task still holds it.
 SLOT_HELD = re.compile(r"replication slot \"?[\w.]+\"? is active for PID \d+")
 
@@ -181,11 +184,21 @@ class CaptureWatch:
                 state.problem = f"cannot be watched: {err}"
                 log.warning("source=%s capture=unknown error=%s", state.source.name, err)
 
-    def _kafka_ends(self) -> dict[str, int] | None:
-        """Each source's heartbeat end, or None while Kafka cannot be reached (its return resets every source)."""
+    def _kafka_ends(self) -> dict[str, int | None] | None:
+        """Each source's heartbeat end (None: no heartbeat topic yet), or None while Kafka cannot be reached.
+
+        Kafka's return resets every source (``SourceState.back``).
+        """
         now = self.clock()
+        ends: dict[str, int | None] = {}
         try:
-            ends = {state.source.name: self._heartbeat_end(state.source) for state in self.sources}
+            for state in self.sources:
+                try:
+                    ends[state.source.name] = self._heartbeat_end(state.source)
+                except KafkaException as err:
+                    if err.args[0].code() not in NO_TOPIC:
+                        raise
+                    ends[state.source.name] = None  # capture has never produced: judged by its state alone
         except KafkaException as err:
             if self.kafka_down_since is None:
                 self.kafka_down_since = now
@@ -196,9 +209,11 @@ class CaptureWatch:
             self.kafka_down_since = None
             for state in self.sources:
                 state.back(now)
+                end = ends[state.source.name]  # what was written before the outage is no sign of life after it
+                state.heartbeat_end = state.heartbeat_end if end is None else end
         return ends
 
-    def _watch(self, state: SourceState, end: int) -> None:
+    def _watch(self, state: SourceState, end: int | None) -> None:
         name, now = state.source.name, self.clock()
         status = self.client.status(name)
         if status is None:
@@ -227,6 +242,10 @@ class CaptureWatch:
                 self._heal(state, now, "restart_failed", lambda: self.client.restart(name))
             return
         metrics.CAPTURE_UNRECOVERABLE.labels(name).set(0)
+        if end is None:
+            state.problem = f"cannot be watched: no heartbeat topic {state.source.heartbeat_topic} yet"
+            log.warning("source=%s capture=unknown error=%s", name, state.problem)
+            return
         if end != state.heartbeat_end:
             if state.heartbeat_end >= 0 and (state.heals_in_row or state.returned_at is not None):
                 log.info("source=%s capture=producing heartbeat_offset=%d after %d heal(s)", name, end,

@@ -183,6 +183,7 @@ def test_kafka_down_is_no_stall_and_capture_silent_after_its_return_is_healed_wi
     watch.run_for(600)
     assert connect.calls == []
     assert watch.health() == (False, [f"capture: {watch.kafka_problem()}"])
+    watch.heartbeat += 1  # written just before the broker went: no sign of life after its return
     watch.kafka_up = True
     watch.run_for(w.RETURN_GRACE_S)  # its first tick sees Kafka back; Connect's own recovery gets the grace
     assert connect.calls == [] and watch.health() == (True, [])
@@ -200,6 +201,27 @@ def test_capture_that_produces_after_kafka_returns_is_left_alone() -> None:
     watch.kafka_up = True
     watch.run_for(10 * w.RETURN_GRACE_S, beating=True)
     assert connect.calls == [] and watch.health() == (True, [])
+
+
+def test_a_source_with_no_heartbeat_topic_yet_is_reported_alone_and_its_failed_task_still_restarted() -> None:
+    """A connector that never produced has no heartbeat topic: that is no Kafka outage for the other sources."""
+    connect = Connect()
+    config = Config.model_validate({"sources": [SOURCE, {**SOURCE, "name": "fresh", "server_id": 7}]})
+    watch = CaptureWatch(config, client=connect, clock=lambda: 0.0)  # type: ignore[arg-type]
+
+    def end(source: Any) -> int:
+        if source.name == "fresh":
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        return 1
+
+    watch._heartbeat_end = end  # type: ignore[method-assign]
+    watch.tick()
+    assert watch.kafka_down_since is None
+    assert watch.health()[1] == ["capture fresh: cannot be watched: no heartbeat topic __debezium-heartbeat.fresh yet"]
+    connect.task = "FAILED"
+    watch._probe = lambda source: None  # type: ignore[method-assign]
+    watch.tick()
+    assert connect.calls == ["restart", "restart"]  # both sources' FAILED tasks, the fresh one's too
 
 
 def test_a_task_failed_on_a_slot_another_connection_holds_has_the_holder_ended_then_restarted() -> None:
