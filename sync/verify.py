@@ -7,18 +7,17 @@ sink's live rows are read back (``Sink.scan``). Each id is then ``missing``
 (both, but the mapped values differ), compared by a digest of the values.
 
 Memory does not grow with the table. Neither side is held: each row becomes
-its id and a 16-byte digest of its fingerprint, written in batches of
-``SPILL_ROWS``, each sorted by id (inserted at random, a keyed table that
-outgrew the cache cost twice the time per row), to a SQLite file per side
-in a temporary directory (a table keyed by id). The two sides are read at
-once, each on a thread of its own, since each mostly waits for its server.
-The three kinds of difference are then joins of the two tables, which
-SQLite runs in its page caches (``CACHE_KIB`` each) and on disk. What stays
-in memory is a batch of ids and digests per side (~35 MiB each), one page
-of the store's reader, the caches, and at most ``LISTED`` ids of each kind
-(the counts are exact). The disk it takes is ~2 x (id + 16 bytes +
-SQLite's overhead) per row, in
-the temporary directory (``TMPDIR``).
+its id and a 16-byte digest of its fingerprint, appended to a file per side
+in a temporary directory, in parts by the hash of the id
+(``verify_spill``). The two sides are read at once, each on a thread of its
+own, since each mostly waits for its server. The three kinds of difference
+are then found one part at a time, each part of each side read into a dict.
+What stays in memory is the parts' write buffers (~130k pairs per side), one
+part of each side (~1/256 of the table, split again on disk past 400,000
+pairs: ~150 MiB at most), one page of the store's reader and at most
+``LISTED`` ids of each kind (the counts are exact). The disk it takes is
+~2 x (id + 16 bytes + ~10 bytes of pickling) per row, in the temporary
+directory (``TMPDIR``).
 
 A row that differs is looked at again by id a few times over ~15 s
 (``recheck``): one the follower was still applying, or a writer changed
@@ -34,15 +33,12 @@ warehouse can.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,6 +48,7 @@ from cdcsync.sync.catalog import mappings_for, source_pages, source_rows
 from cdcsync.sync.keys import readable, rows_of
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint_bytes
 from cdcsync.sync.sink import Sink, batched
+from cdcsync.sync.verify_spill import Spill, compare_parts
 
 T = TypeVar("T")
 EXAMPLES = 5  # ids of each kind in a report's JSON
@@ -59,14 +56,8 @@ KINDS = ("missing", "extra", "stale")
 LISTED = 10_000  # ids of each kind a report keeps; the counts go on
 PAUSES_S = (0.0, 1.0, 2.0, 4.0, 8.0)  # before each re-check of the differing rows (``recheck``)
 PROGRESS_S = 10.0
-SPILL_ROWS = 100_000  # rows written to the spill file at a time, sorted by id
-CACHE_KIB = 64 * 1024  # SQLite's page cache for each side
+SPILL_ROWS = 10_000  # rows a side reads between two looks at whether the other side failed
 SIDES = ("source", "store")
-SIDE_TABLE = "CREATE TABLE {} (id TEXT PRIMARY KEY, digest BLOB NOT NULL) WITHOUT ROWID;"
-# Nobody else reads the files and they are thrown away: no journal, no fsync.
-PRAGMAS = (
-    f"PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -{CACHE_KIB}; PRAGMA temp_store = FILE;"
-)
 
 
 @dataclass
@@ -230,19 +221,18 @@ def _kind(there: bytes | None, held: bytes | None) -> str:
 
 
 def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, bytes]], report: TableReport) -> None:
-    """Fill ``report`` from the source's (id, digest) pairs and the store's, spilled to disk (module docstring).
+    """Fill ``report`` from the source's (id, digest) pairs and the store's, spilled to disk (``verify_spill``).
 
     The two sides are read at once, each on a thread into a file of its own: each mostly waits for its
     server. An id met twice on one side counts once, its last digest kept (SCAN may return a Redis key twice).
     """
     with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp:
-        files = {side: Path(tmp) / side for side in SIDES}
+        spills = {side: Spill(Path(tmp) / side) for side in SIDES}
         failed = threading.Event()  # one side failed: the other stops at its next batch
-        counts: dict[str, int] = {}
         errors: list[BaseException] = []
         # Daemon threads, not an executor's: interpreter exit joins those, and a paced pass may take hours.
         threads = [
-            threading.Thread(target=_fill, args=(files[side], side, rows, failed, counts, errors), daemon=True,
+            threading.Thread(target=_fill, args=(spills[side], rows, failed, errors), daemon=True,
                              name=f"cdcsync-verify-{side}")
             for side, rows in zip(SIDES, (expected, held), strict=True)
         ]  # fmt: skip
@@ -250,44 +240,37 @@ def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, byt
             thread.start()
         for thread in threads:
             thread.join()
-        if errors:
-            raise errors[0]
-        report.source_rows, report.store_rows = counts["source"], counts["store"]
-        with closing(sqlite3.connect(files["source"])) as db:
-            db.executescript(PRAGMAS)
-            db.execute("ATTACH DATABASE ? AS other", (str(files["store"]),))
-            db.execute(f"PRAGMA other.cache_size = -{CACHE_KIB}")
-            kinds = {
-                "missing": "SELECT s.id FROM source s WHERE NOT EXISTS (SELECT 1 FROM store t WHERE t.id = s.id)",
-                "extra": "SELECT t.id FROM store t WHERE NOT EXISTS (SELECT 1 FROM source s WHERE s.id = t.id)",
-                "stale": "SELECT s.id FROM source s JOIN store t ON t.id = s.id WHERE t.digest != s.digest",
-            }
-            for kind, query in kinds.items():
-                setattr(report, f"{kind}_count", db.execute(f"SELECT COUNT(*) FROM ({query})").fetchone()[0])
-                setattr(report, kind, [row[0] for row in db.execute(f"{query} ORDER BY 1 LIMIT {LISTED}")])
+        try:
+            if errors:
+                raise errors[0]
+            listed: dict[str, list[str]] = {kind: [] for kind in KINDS}
+
+            def found(missing: list[str], extra: list[str], stale: list[str], there: int, held: int) -> None:
+                report.source_rows += there
+                report.store_rows += held
+                for kind, ids in zip(KINDS, (missing, extra, stale), strict=True):
+                    setattr(report, f"{kind}_count", getattr(report, f"{kind}_count") + len(ids))
+                    if ids:  # the first LISTED in id order, of every part so far
+                        listed[kind] = sorted(listed[kind] + ids)[:LISTED]
+
+            compare_parts(spills["source"], spills["store"], found)
+            for kind in KINDS:
+                setattr(report, kind, listed[kind])
+        finally:
+            for spill in spills.values():
+                spill.close()
 
 
 def _fill(
-    path: Path,
-    side: str,
-    rows: Iterable[tuple[str, bytes]],
-    failed: threading.Event,
-    counts: dict[str, int],
-    errors: list[BaseException],
+    spill: Spill, rows: Iterable[tuple[str, bytes]], failed: threading.Event, errors: list[BaseException]
 ) -> None:
-    """Write ``rows`` into ``side``'s table in a file of its own; ``counts[side]``: the ids it holds then."""
+    """Add ``rows`` to ``spill``, a batch at a time, stopping at a batch boundary once the other side failed."""
     try:
-        with closing(sqlite3.connect(path)) as db:
-            db.executescript(
-                PRAGMAS + f"CREATE TABLE {side} (id TEXT PRIMARY KEY, digest BLOB NOT NULL) WITHOUT ROWID;"
-            )
-            for batch in batched(rows, SPILL_ROWS):
-                if failed.is_set():
-                    return
-                batch.sort(key=itemgetter(0))  # in key order: each insert lands beside the last one's, not at random
-                db.executemany(f"INSERT OR REPLACE INTO {side} (id, digest) VALUES (?, ?)", batch)
-            db.commit()
-            counts[side] = db.execute(f"SELECT COUNT(*) FROM {side}").fetchone()[0]
+        for batch in batched(rows, SPILL_ROWS):
+            if failed.is_set():
+                return
+            spill.add(batch)
+        spill.done()
     except BaseException as err:
         errors.append(err)
         failed.set()

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cdcsync.sync import verify
+from cdcsync.sync import verify, verify_spill
 from cdcsync.sync.verify import TableReport, compare
 
 
@@ -52,3 +52,20 @@ def test_a_side_that_fails_fails_the_comparison_and_stops_the_other() -> None:
     with pytest.raises(ConnectionError, match="store went away"):
         compare(source(), store(), TableReport("f", "pg.public.t", "t"))
     assert len(read) < 1_000_000  # stopped at a batch boundary, not read to the end
+
+
+def test_parts_too_large_are_split_again_and_every_difference_is_still_found_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(verify_spill, "PARTS", 4)
+    monkeypatch.setattr(verify_spill, "CHUNK_ROWS", 3)  # many chunks per part
+    monkeypatch.setattr(verify_spill, "PART_ROWS", 10)  # 2,000 ids in 4 parts: split twice
+    source = {f"k{i}": b"v" for i in range(2000)}
+    store = {**{f"k{i}": b"v" for i in range(300, 2000)}, **{f"x{i}": b"v" for i in range(40)}}
+    store.update({f"k{i}": b"changed" for i in range(1990, 2000)})
+    report = TableReport("f", "pg.public.t", "t")
+    compare(source.items(), list(store.items()) + [("k5", b"v")], report)  # k5: in the store twice, last wins
+    assert (report.source_rows, report.store_rows) == (2000, len(store) + 1)
+    assert report.missing_count == 299 and report.missing[:3] == ["k0", "k1", "k10"]
+    assert report.extra_count == 40 and report.extra == sorted(f"x{i}" for i in range(40))
+    assert report.stale_count == 10 and report.stale == sorted(f"k{i}" for i in range(1990, 2000))
