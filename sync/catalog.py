@@ -286,6 +286,27 @@ def _fetch_rows(source: SourceConfig, query: str, params: tuple[Any, ...] | None
         return [dict(row) for row in cur.fetchall()]
 
 
+def table_bytes(source: SourceConfig, table: TableRef) -> int:
+    """The bytes a source table takes on disk, its partitions' with it (0 when the catalog cannot tell)."""
+    if source.kind == "postgres":
+        with connect_postgres(source) as conn:
+            found = conn.execute(
+                "SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(r) WHERE isleaf),"
+                " pg_total_relation_size(r)) FROM to_regclass(%s) r",  # a partitioned table: its partitions' bytes
+                (".".join('"' + name.replace('"', '""') + '"' for name in (table.namespace, table.table)),),
+            ).fetchone()
+        return int(found[0] or 0) if found else 0
+    conn = connect_mariadb(source)
+    with conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT data_length + index_length FROM information_schema.tables WHERE table_schema = %s"
+            " AND table_name = %s",
+            (table.namespace, table.table),
+        )
+        found = cur.fetchone()
+    return int(found[0] or 0) if found else 0
+
+
 @contextmanager
 def _postgres(source: SourceConfig) -> Iterator[psycopg.Connection]:
     """A connection that reads values as ``verify`` compares them."""

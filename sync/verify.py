@@ -44,10 +44,12 @@ from typing import Any, TypeVar
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.errors import ConfigError
-from cdcsync.sync.catalog import mappings_for, source_pages, source_rows
+from cdcsync.sync.catalog import mappings_for, source_pages, source_rows, table_bytes
 from cdcsync.sync.keys import readable, rows_of
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint_bytes
 from cdcsync.sync.sink import Sink, batched
+from cdcsync.sync.sinks import sink_class
+from cdcsync.sync.verify_process import PROCESS_BYTES, pairs_from_process
 from cdcsync.sync.verify_spill import Spill, compare_parts
 
 T = TypeVar("T")
@@ -123,17 +125,34 @@ def verify_follower(
         report = TableReport(follower.name, f"{source.name}.{table}", mapping.target)
         if only is not None and report.table != only:
             continue
-        rows = source_rows(source, table)
-        if pace is not None and mapping.key_columns:
-            rows = source_pages(source, table, mapping.key_columns)
-        rows = counted(paced(rows, pace), progress, f"{report.table}: source")
-        expected = ((doc_id(row, mapping), _digest(sink.stored_form(canonical_doc(row, mapping)))) for row in rows)
+        what = f"{report.table}: source"
+        if pace is None and type(sink) is sink_class(follower) and table_bytes(source, table) >= PROCESS_BYTES:
+            expected = pairs_from_process(config, follower.name, source, table, mapping, what, progress is not None)
+        else:
+            expected = source_pairs(source, table, mapping, sink, pace, progress, what)
         store = counted(paced(sink.scan(mapping.target), pace), progress, f"{report.table}: {follower.name}")
         held = ((ident, _digest(doc)) for ident, _version, doc in store)
         compare(expected, held, report)
         recheck(report, partial(look, source, table, mapping, sink), pauses)
         reports.append(report)
     return reports
+
+
+def source_pairs(
+    source: SourceConfig,
+    table: TableRef,
+    mapping: TableMapping,
+    sink: Sink,
+    pace: float | None,
+    progress: Callable[[str], None] | None,
+    what: str,
+) -> Iterator[tuple[str, bytes]]:
+    """The source side: each row of the table as its id and the digest of its stored form (``pace``: in pages)."""
+    rows = source_rows(source, table)
+    if pace is not None and mapping.key_columns:
+        rows = source_pages(source, table, mapping.key_columns)
+    rows = counted(paced(rows, pace), progress, what)
+    return ((doc_id(row, mapping), _digest(sink.stored_form(canonical_doc(row, mapping)))) for row in rows)
 
 
 def counted(items: Iterable[T], progress: Callable[[str], None] | None, what: str) -> Iterator[T]:
@@ -274,6 +293,10 @@ def _fill(
     except BaseException as err:
         errors.append(err)
         failed.set()
+    finally:
+        close = getattr(rows, "close", None)  # a generator's reader (a process, a cursor) ends now, not at collection
+        if close is not None:
+            close()
 
 
 def _digest(doc: dict[str, Any]) -> bytes:
