@@ -2,15 +2,17 @@
 
 For each size in ``--rows`` (default 100k and 1M) and each store in
 ``--sinks`` (default Elasticsearch): a Postgres table of that many narrow
-rows (a bigint key, a 96-character text, an int, a timestamptz) is made,
-the store is filled with the same rows through the sink's own writes (no
-capture: what is measured is the comparison), and ``cdcsync verify`` runs
-in a process of its own. Its peak RSS (the kernel's
-``ru_maxrss`` of that process) and its seconds are printed, with the ratios
-to the first size's in the same run: memory that stays put while the rows
+rows (a bigint key, a 96-character text, an int, a timestamptz; with
+``--row-kb K`` a text of K KB of random hex besides, which Postgres stores
+out of line) is made, the store is filled with the same rows through the
+sink's own writes (no capture: what is measured is the comparison), and
+``cdcsync verify`` runs in a process of its own. Its peak RSS (the sum over
+the verify's processes, sampled every 0.2 s: a large table's source side
+has a process of its own) and its seconds are printed, with the ratios to
+the first size's in the same run: memory that stays put while the rows
 grow is what ``sync.verify`` promises; the time should grow with the rows.
 Not a pass/fail test.
-Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache] [--json]
+Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache] [--row-kb 0] [--json]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,15 +42,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.verify_memory", description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="100000,1000000", help="table sizes, comma-separated")
     parser.add_argument("--sinks", default="search", help="followers to verify: search (Elasticsearch), cache (Redis)")
+    parser.add_argument("--row-kb", type=int, default=0, help="KB of random text in each row besides (0: narrow)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = parser.parse_args()
     sizes = [int(n) for n in args.rows.split(",")]
     results = []
     for sink in args.sinks.split(","):
-        results += ratios([measure(rows, sink) for rows in sizes])
+        results += ratios([measure(rows, sink, args.row_kb) for rows in sizes])
     for r in results:
         say(
-            f"verify {r['sink']:<6} {r['rows']:>10,} rows: {r['seconds']:7.1f} s ({r['rows_per_s']:,.0f} rows/s), "
+            f"verify {r['sink']:<6} {r['rows']:>10,} rows of {r['row_kb']} KB more: {r['seconds']:7.1f} s "
+            f"({r['rows_per_s']:,.0f} rows/s), "
             f"peak RSS {r['peak_rss_mib']:,.0f} MiB; against {r['first_rows']:,} rows: rows x{r['rows_ratio']}, "
             f"time x{r['seconds_ratio']}, memory x{r['rss_ratio']}; clean={r['clean']}"
         )
@@ -66,8 +71,8 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return results
 
 
-def measure(rows: int, sink: str = "search") -> dict[str, Any]:
-    with narrow_table(rows, sink) as (config_path, _config):
+def measure(rows: int, sink: str = "search", row_kb: int = 0) -> dict[str, Any]:
+    with narrow_table(rows, sink, row_kb) as (config_path, _config):
         say(f"{rows:,} rows: cdcsync verify ...")
         started = time.monotonic()
         verify = subprocess.Popen(
@@ -75,24 +80,52 @@ def measure(rows: int, sink: str = "search") -> dict[str, Any]:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        peak = [0]
+        sampler = threading.Thread(target=_sample_rss, args=(verify, peak), daemon=True)
+        sampler.start()
         out = verify.stdout.read() if verify.stdout else b""
-        _pid, status, usage = os.wait4(verify.pid, 0)
+        _pid, status, _usage = os.wait4(verify.pid, 0)
         seconds = time.monotonic() - started
+        sampler.join()
         report = json.loads(out)
         return {
             "sink": sink,
             "rows": rows,
+            "row_kb": row_kb,
             "seconds": round(seconds, 1),
             "rows_per_s": round(rows / seconds),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024),
+            # Sampled, not ru_maxrss: Linux keeps in it the RSS of the forked copy of this process that exec'd it.
+            "peak_rss_mib": round(peak[0] / 2**20),
             "clean": os.waitstatus_to_exitcode(status) == 0 and all(r["clean"] for r in report),
         }
 
 
+def _sample_rss(process: subprocess.Popen[bytes], peak: list[int]) -> None:
+    """The largest sum of the RSS of ``process`` and its children seen, every 0.2 s until it ends."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    while process.poll() is None:
+        total = 0
+        for pid in [process.pid, *_children(process.pid)]:
+            try:
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+            except (OSError, IndexError, ValueError):
+                pass  # gone meanwhile
+        peak[0] = max(peak[0], total)
+        time.sleep(0.2)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 @contextmanager
-def narrow_table(rows: int, sink: str) -> Iterator[tuple[Path, Any]]:
-    """A Postgres table of ``rows`` narrow rows, captured by nothing, and ``sink``'s store filled with the same
-    rows: the config's path and the config; the table and the store are removed after."""
+def narrow_table(rows: int, sink: str, row_kb: int = 0) -> Iterator[tuple[Path, Any]]:
+    """A Postgres table of ``rows`` narrow rows (``row_kb``: with a text of that many KB of random hex), captured by
+    nothing, and ``sink``'s store filled with the same rows: the config's path and the config; the table and the
+    store are removed after."""
     from cdcsync.config_file import load_config
     from cdcsync.db import connect_postgres
 
@@ -110,6 +143,13 @@ def narrow_table(rows: int, sink: str) -> Iterator[tuple[Path, Any]]:
             f"INSERT INTO {table} SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text), g % 1000,"
             f" timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, {rows}) g"
         )
+        if row_kb:
+            pg.execute(f"ALTER TABLE {table} ADD COLUMN body text")
+            # 32 random md5s a KB, a row's own: hex that pglz cannot shrink, so each value is stored out of line
+            pg.execute(
+                f"UPDATE {table} SET body = (SELECT string_agg(md5(random()::text || id::text || k::text), '')"
+                f" FROM generate_series(1, {32 * row_kb}) k)"
+            )
         say(f"{sink}: {rows:,} rows, the store ...")
         fill(config, rows)
         yield config_path, config
