@@ -1,7 +1,8 @@
 """``python -m bench.verify_memory``: ``cdcsync verify``'s peak memory and time as a table grows.
 
 For each size in ``--rows`` (default 100k and 1M) and each store in
-``--sinks`` (default Elasticsearch): a Postgres table of that many narrow
+``--sinks`` (default Elasticsearch; ``warehouse``: Delta, filled as a
+bootstrap fills a staged table, then published): a Postgres table of that many narrow
 rows (a bigint key, a 96-character text, an int, a timestamptz; with
 ``--row-kb K`` a text of K KB of random hex besides, which Postgres stores
 out of line) is made, the store is filled with the same rows through the
@@ -12,7 +13,7 @@ has a process of its own) and its seconds are printed, with the ratios to
 the first size's in the same run: memory that stays put while the rows
 grow is what ``sync.verify`` promises; the time should grow with the rows.
 Not a pass/fail test.
-Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache] [--row-kb 0] [--json]
+Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache,warehouse] [--row-kb 0] [--json]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,7 +43,9 @@ ROWS_PER_WRITE = 5_000
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.verify_memory", description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="100000,1000000", help="table sizes, comma-separated")
-    parser.add_argument("--sinks", default="search", help="followers to verify: search (Elasticsearch), cache (Redis)")
+    parser.add_argument(
+        "--sinks", default="search", help="followers: search (Elasticsearch), cache (Redis), warehouse (Delta)"
+    )
     parser.add_argument("--row-kb", type=int, default=0, help="KB of random text in each row besides (0: narrow)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = parser.parse_args()
@@ -84,7 +88,7 @@ def measure(rows: int, sink: str = "search", row_kb: int = 0) -> dict[str, Any]:
         sampler = threading.Thread(target=_sample_rss, args=(verify, peak), daemon=True)
         sampler.start()
         out = verify.stdout.read() if verify.stdout else b""
-        _pid, status, _usage = os.wait4(verify.pid, 0)
+        code = verify.wait()  # Popen.wait, as the sampler polls: os.wait4 here raced its poll for the exit status
         seconds = time.monotonic() - started
         sampler.join()
         report = json.loads(out)
@@ -96,7 +100,7 @@ def measure(rows: int, sink: str = "search", row_kb: int = 0) -> dict[str, Any]:
             "rows_per_s": round(rows / seconds),
             # Sampled, not ru_maxrss: Linux keeps in it the RSS of the forked copy of this process that exec'd it.
             "peak_rss_mib": round(peak[0] / 2**20),
-            "clean": os.waitstatus_to_exitcode(status) == 0 and all(r["clean"] for r in report),
+            "clean": code == 0 and all(r["clean"] for r in report),
         }
 
 
@@ -156,6 +160,7 @@ def narrow_table(rows: int, sink: str, row_kb: int = 0) -> Iterator[tuple[Path, 
     finally:
         pg.execute(f"DROP TABLE IF EXISTS {table}")
         empty_stores(tag)
+        shutil.rmtree(tmp, ignore_errors=True)  # the warehouse's tables, the config
 
 
 def fill(config: Any, rows: int) -> None:
@@ -163,13 +168,20 @@ def fill(config: Any, rows: int) -> None:
     from cdcsync.events import Change
     from cdcsync.sync.catalog import mappings_for, source_rows
     from cdcsync.sync.mapping import Row, canonical_doc, doc_id
-    from cdcsync.sync.sinks import build_sink
+    from cdcsync.sync.sinks import build_sink, needs_spark
 
     cfg = config.followers[0]
     source, ref = config.sources[0], config.sources[0].tables[0]
     mapping = next(iter(mappings_for(config, cfg).values()))
-    sink = build_sink(config, cfg, None)
+    spark = None
+    if needs_spark(cfg):  # the warehouse: filled as a bootstrap fills it, a staged table loaded then published
+        from cdcsync.spark import spark_session
+
+        spark = spark_session("cdcsync-bench-verify", config=config)
+    sink = build_sink(config, cfg, spark)
     sink.open([mapping])
+    if spark is not None:
+        sink.stage([mapping])
     batch: list[Row] = []
     written = 0
     for row in source_rows(source, ref):
@@ -181,8 +193,12 @@ def fill(config: Any, rows: int) -> None:
             batch = []
     if batch:
         written += sink.write(0, batch).applied
+    if spark is not None:
+        sink.publish()
     sink.make_visible([mapping.target])
     sink.close()
+    if spark is not None:
+        spark.stop()
     if written != rows:
         raise SystemExit(f"the store took {written:,} of {rows:,} rows")
 
