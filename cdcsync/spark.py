@@ -30,6 +30,12 @@ COMPACT_AT_FILES = "200"
 # wrote the table's whole state, ~40 % slower than its neighbours). cdcsync writes them every 10 versions on a
 # thread beside the batches (sync/sinks/delta_checkpoints.py); this is only the fallback for other writers.
 CHECKPOINT_INTERVAL = "1000"
+# Rows per Parquet page at most (Parquet's default: 20,000): the unit a warehouse MERGE's key predicate reads or
+# skips (docs/performance.md, "Delta: a MERGE that prunes by key").
+PAGE_ROWS = "200"
+# Keys per IN list that Spark hands to Parquet as one equality per key (its default: 10; a longer list goes as its
+# range): the lists of the warehouse MERGE's key predicate (sync/sinks/delta.py, among).
+IN_CHUNK = 64
 
 
 def default_master() -> str:
@@ -135,6 +141,12 @@ def spark_session(
         # default 128 MB, a MERGE rewriting a table of 60 KB rows held several at once and the 2 GiB heap ran
         # out (bench.memory, 100k changes over 10k rows). 16 MB row groups bound that to a few tens of MB.
         .config("spark.hadoop.parquet.block.size", str(16 * 1024 * 1024))
+        # The warehouse MERGE's key predicate (sync/sinks/delta.py, among): an IN list of up to this many keys goes
+        # to Parquet as an equality per key, which its page indexes test one by one (a longer list: its range).
+        .config("spark.sql.parquet.pushdown.inFilterThreshold", str(IN_CHUNK))
+        # A page is what a MERGE's key predicate skips or reads: a MERGE of 1,000 keys into a table ordered by key
+        # reads ~1,000 pages of it, whatever its size.
+        .config("spark.hadoop.parquet.page.row.count.limit", PAGE_ROWS)
         .config("spark.sql.session.timeZone", "UTC")
         # Spark keeps each Kafka task's last poll of records in a pool, for a next task that starts where it
         # stopped, and by default lets an idle entry go only after 5 minutes. A split batch (sync.executors)

@@ -11,6 +11,10 @@ Guarantees (``cdcsync.sync.sink``):
 - **Apply rule**: MERGE on ``_cdcsync_id`` updates only when the incoming
   version is higher and inserts unknown ids; the rest is ``older``.
   ``applied`` = inserted + updated rows of that MERGE's own commit metrics.
+  The ON condition also lists the batch's ids (``among``): the same rows
+  match, and the MERGE's scans that write read only the Parquet pages that
+  may hold one (Delta's first scan, for the touched files, still reads
+  every id).
 - **Delete markers**: a delete keeps the row, ``_cdcsync_deleted = true`` with
   the delete's version (data kept with ``soft_delete``, nulled otherwise); a
   delete of an unknown id inserts a marker. **Readers filter**
@@ -72,11 +76,13 @@ from typing import TYPE_CHECKING, Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.config_runtime import DeltaSettings
 from cdcsync.errors import FatalError, RetryableError, mapped
+from cdcsync.spark import IN_CHUNK
 from cdcsync.sync.mapping import Row, fingerprint
 from cdcsync.sync.sink import Generations, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
@@ -106,6 +112,28 @@ SPOOLED = T.StructType(META.fields + [T.StructField("_cdcsync_op", STRING), T.St
 
 
 STAGING = "__staging"
+
+# The MERGE's ON condition also names the batch's keys, a predicate on the table alone: its scans of the table read
+# only the Parquet pages that may hold one (docs/performance.md, "Delta: a MERGE that prunes by key"). Up to
+# PRUNE_KEYS keys (a batch at 1k changes/s holds a few thousand); a larger batch, a catch-up's, MERGEs without it.
+PRUNE_BY_KEY = True
+PRUNE_KEYS = 5000
+
+
+def among(column: str, keys: Sequence[str], chunk: int = IN_CHUNK) -> Column:
+    """``column IN (keys)``, written so that the scans of a table skip what holds none of ``keys``.
+
+    Each key is a binary literal of its UTF-8 bytes cast to a string (``CAST(X'6127' AS STRING)``): exact
+    whatever it holds, with no escaping to get right. Delta's file statistics, and Spark's Parquet filter
+    for a list longer than ``spark.sql.parquet.pushdown.inFilterThreshold``, test an ``IN`` list only
+    against its smallest and largest key; a list of up to that many keys goes to Parquet as one equality
+    per key, which its page indexes test one by one. So the keys go as an ``OR`` of lists of ``chunk``
+    (``cdcsync.spark`` sets the threshold to ``IN_CHUNK``), after the whole list: a row read is tested
+    against the ``OR`` only when the whole list, one hash lookup, matches it.
+    """
+    literals = [f"CAST(X'{key.encode().hex()}' AS STRING)" for key in keys]
+    lists = [", ".join(literals[i : i + chunk]) for i in range(0, len(literals), chunk)]
+    return F.expr(f"{column} IN ({', '.join(literals)}) AND (" + " OR ".join(f"{column} IN ({c})" for c in lists) + ")")
 
 
 class DeltaSink:
@@ -380,11 +408,11 @@ class DeltaSink:
         guard = "s._cdcsync_version > t._cdcsync_version"
         with self._errors(f"merging into {table.path}"):
             source = frame(self._spark, data, schema)
-            merge = (
-                DeltaTable.forPath(self._spark, table.path)
-                .alias("t")
-                .merge(source.alias("s"), "t._cdcsync_id = s._cdcsync_id")
-            )
+            same = "t._cdcsync_id = s._cdcsync_id"
+            on: str | Column = same
+            if PRUNE_BY_KEY and len(data) <= PRUNE_KEYS:  # the same rows match: every source key is among them
+                on = F.expr(same) & among("t._cdcsync_id", [row[0] for row in data])
+            merge = DeltaTable.forPath(self._spark, table.path).alias("t").merge(source.alias("s"), on)
             if self.soft_delete:  # keep the last data, record the delete
                 meta: dict[str, str | Column] = {n: f"s.{n}" for n in META.fieldNames()}
                 merge = merge.whenMatchedUpdate(condition=f"{guard} AND s._cdcsync_deleted", set=meta)

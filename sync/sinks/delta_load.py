@@ -111,9 +111,13 @@ def newest(
     A column a file lacks is null in its rows. With ``soft_delete``, an id
     whose newest row is a delete keeps the data of its newest earlier row
     that is not one. ``meta``'s columns keep their nullability: a table
-    overwritten with these rows has the schema a MERGEd one has.
+    overwritten with these rows has the schema a MERGEd one has. The rows come
+    in ranges of ids, one per partition, each in id order: the files of a table
+    written with them hold one range each, which a MERGE's key predicate prunes
+    (docs/performance.md, "Delta: a MERGE that prunes by key").
     """
-    rows = spark.read.option("mergeSchema", "true").parquet(where)
+    # Ranges of ids, one per task: each file of the table then holds the ids of one range, in order.
+    rows = spark.read.option("mergeSchema", "true").parquet(where).repartitionByRange(ID)
     present = set(rows.columns)
 
     def data(frame: DataFrame, name: str, kind: str | None) -> Column:
@@ -133,7 +137,14 @@ def newest(
     kept = alive.select(F.col(ID).alias("_cdcsync_alive"), *(data(alive, n, k).alias(f"a{column(n)}")
                                                             for n, k in kinds.items()))  # fmt: skip
     joined = last.join(kept, last[ID] == kept["_cdcsync_alive"], "left")
-    return joined.select(
-        *header(last),
-        *(F.when(last[DELETED], kept[f"a{column(n)}"]).otherwise(data(last, n, k)).alias(n) for n, k in kinds.items()),
+    return (
+        joined.select(
+            *header(last),
+            *(
+                F.when(last[DELETED], kept[f"a{column(n)}"]).otherwise(data(last, n, k)).alias(n)
+                for n, k in kinds.items()
+            ),
+        )
+        .repartitionByRange(ID)  # the join's output is partitioned by hash
+        .sortWithinPartitions(ID)
     )

@@ -33,7 +33,11 @@ def publish_one(sink: DeltaSink, target: str) -> None:
     staged, live = sink._tables[target], f"{sink.path}/{target}"
     spool = sink._spools.pop(staged.path, None)
     with one_writer(live), sink._errors(f"publishing {staged.path} to {live}"):
-        rows = _loaded(sink, staged, spool) if spool else sink._spark.read.format("delta").load(staged.path)
+        if spool:
+            rows = _loaded(sink, staged, spool)
+        else:  # a staged table MERGEd batch by batch: its rows in ranges of ids, as a load's (delta_load.newest)
+            rows = sink._spark.read.format("delta").load(staged.path).repartitionByRange(load.ID)
+            rows = rows.sortWithinPartitions(load.ID)
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(live)
     sink._tables[target] = Table(live, staged.kinds, staged.history)
     sink.generations.published(target)
