@@ -82,7 +82,6 @@ from pyspark.sql import types as T
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.config_runtime import DeltaSettings
 from cdcsync.errors import FatalError, RetryableError, mapped
-from cdcsync.spark import IN_CHUNK
 from cdcsync.sync.mapping import Row, fingerprint
 from cdcsync.sync.sink import Generations, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
@@ -93,7 +92,7 @@ from cdcsync.sync.sinks import object_store
 from cdcsync.sync.sinks.delta_history import append_history
 from cdcsync.sync.sinks.delta_publish import publish_one
 from cdcsync.sync.sinks.delta_tables import META, Table, table_root
-from cdcsync.sync.sinks.delta_values import STRING, commit_ts, encode, frame, quote, spark_type
+from cdcsync.sync.sinks.delta_values import STRING, among, commit_ts, encode, frame, quote, spark_type
 from cdcsync.sync.sinks.delta_writers import each_table, one_writer
 
 if TYPE_CHECKING:
@@ -118,22 +117,6 @@ STAGING = "__staging"
 # PRUNE_KEYS keys (a batch at 1k changes/s holds a few thousand); a larger batch, a catch-up's, MERGEs without it.
 PRUNE_BY_KEY = True
 PRUNE_KEYS = 5000
-
-
-def among(column: str, keys: Sequence[str], chunk: int = IN_CHUNK) -> Column:
-    """``column IN (keys)``, written so that the scans of a table skip what holds none of ``keys``.
-
-    Each key is a binary literal of its UTF-8 bytes cast to a string (``CAST(X'6127' AS STRING)``): exact
-    whatever it holds, with no escaping to get right. Delta's file statistics, and Spark's Parquet filter
-    for a list longer than ``spark.sql.parquet.pushdown.inFilterThreshold``, test an ``IN`` list only
-    against its smallest and largest key; a list of up to that many keys goes to Parquet as one equality
-    per key, which its page indexes test one by one. So the keys go as an ``OR`` of lists of ``chunk``
-    (``cdcsync.spark`` sets the threshold to ``IN_CHUNK``), after the whole list: a row read is tested
-    against the ``OR`` only when the whole list, one hash lookup, matches it.
-    """
-    literals = [f"CAST(X'{key.encode().hex()}' AS STRING)" for key in keys]
-    lists = [", ".join(literals[i : i + chunk]) for i in range(0, len(literals), chunk)]
-    return F.expr(f"{column} IN ({', '.join(literals)}) AND (" + " OR ".join(f"{column} IN ({c})" for c in lists) + ")")
 
 
 class DeltaSink:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from cdcsync.spark import IN_CHUNK
 from cdcsync.sync.far_time import date_of_days, days_of, micros_of, timestamp_of_micros
 from cdcsync.sync.mapping import Row
 from cdcsync.sync.values import EXACT, decimal_text
@@ -215,3 +216,19 @@ def stored(value: Any) -> Any:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     return value
+
+
+def among(column: str, keys: Sequence[str], chunk: int = IN_CHUNK) -> Column:
+    """``column IN (keys)``, written so that the scans of a table skip what holds none of ``keys``.
+
+    Each key is a binary literal of its UTF-8 bytes cast to a string (``CAST(X'6127' AS STRING)``): exact
+    whatever it holds, with no escaping to get right. Delta's file statistics, and Spark's Parquet filter
+    for a list longer than ``spark.sql.parquet.pushdown.inFilterThreshold``, test an ``IN`` list only
+    against its smallest and largest key; a list of up to that many keys goes to Parquet as one equality
+    per key, which its page indexes test one by one. So the keys go as an ``OR`` of lists of ``chunk``
+    (``cdcsync.spark`` sets the threshold to ``IN_CHUNK``), after the whole list: a row read is tested
+    against the ``OR`` only when the whole list, one hash lookup, matches it.
+    """
+    literals = [f"CAST(X'{key.encode().hex()}' AS STRING)" for key in keys]
+    lists = [", ".join(literals[i : i + chunk]) for i in range(0, len(literals), chunk)]
+    return F.expr(f"{column} IN ({', '.join(literals)}) AND (" + " OR ".join(f"{column} IN ({c})" for c in lists) + ")")

@@ -619,7 +619,7 @@ ODD_KEYS = [
 
 
 def test_the_key_predicate_holds_exactly_the_batchs_keys(spark: Any) -> None:
-    from cdcsync.sync.sinks.delta import among
+    from cdcsync.sync.sinks.delta_values import among
 
     keys = ODD_KEYS + [f"k{i}" for i in range(200)]
     near = ["it''s", "back\\\\slash", "k1 ", "K1", "k", "ünïcödé", "' OR '1'='1'", "X'0'", "x"]
