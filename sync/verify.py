@@ -10,7 +10,8 @@ Memory does not grow with the table. Neither side is held: each row becomes
 its id and a 16-byte digest of its fingerprint, appended to a file per side
 in a temporary directory, in parts by the hash of the id
 (``verify_spill``). The two sides are read at once, each on a thread of its
-own, since each mostly waits for its server. The three kinds of difference
+own, since each mostly waits for its server; a large table's source side is
+read in a process of its own (``verify_process``). The three kinds of difference
 are then found one part at a time, each part of each side read into a dict.
 What stays in memory is the parts' write buffers (~130k pairs per side), one
 part of each side (~1/256 of the table, split again on disk past 400,000

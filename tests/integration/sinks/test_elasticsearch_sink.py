@@ -19,6 +19,7 @@ from cdcsync.errors import FatalError
 from cdcsync.events import Change
 from cdcsync.sync.mapping import Row, TableMapping
 from cdcsync.sync.sinks import elasticsearch_generations
+from cdcsync.sync.sinks import elasticsearch_reads as reads
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
 from tests.support import ENV
 
@@ -286,4 +287,24 @@ def test_an_index_whose_decimals_an_earlier_release_mapped_keyword_still_opens_a
     assert props["price"] == {"type": "keyword"} and props["born"]["type"] == "date"  # the rest is added
     assert sink.write(1, [upsert("items", 1, 5, price=Decimal("12.50"))]).applied == 1
     assert sink.held("items")["1"][1]["price"] == "12.50"
+    sink.close()
+
+
+@pytest.mark.parametrize("slices", [2, 3])
+def test_a_scan_in_slices_reads_every_live_document_once(
+    es: Elasticsearch, prefix: str, slices: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a large index's scan does (``elasticsearch_reads.SLICED_DOCS``), on a small one."""
+    sink = make_sink(prefix, "items")
+    sink.write(1, [upsert("items", i, 10, name=f"n{i}") for i in range(2500)])
+    sink.write(2, [delete("items", i, 20) for i in range(0, 2500, 7)])  # markers: never read back
+    sink.make_visible(["items"])
+    whole = sink.held("items")
+    monkeypatch.setattr(reads, "SLICED_DOCS", 0)
+    monkeypatch.setattr(reads, "SLICES", slices)
+    monkeypatch.setattr(reads, "PAGE", 100)
+    monkeypatch.setattr(reads, "SCAN_PAGES", (50, 100))  # many pages per slice
+    read = list(sink.scan("items"))
+    assert len(read) == len({ident for ident, _, _ in read}) == 2500 - len(range(0, 2500, 7))
+    assert {ident: (version, doc) for ident, version, doc in read} == whole
     sink.close()
