@@ -34,15 +34,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from typing import Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from cdcsync.config_base import MASK, NAME_PATTERN, PROPERTY_KEY, SECRET_KEY, Properties
+from cdcsync.config_base import MASK, PROPERTY_KEY, SECRET_KEY, Properties
 from cdcsync.config_base import Strict as _Strict
-from cdcsync.config_index import IndexSettings
+from cdcsync.config_follower import BATCH_BYTES as BATCH_BYTES  # the follower's models, re-exported
+from cdcsync.config_follower import BATCH_RECORDS as BATCH_RECORDS
+from cdcsync.config_follower import TRIGGER_INTERVAL_S as TRIGGER_INTERVAL_S
+from cdcsync.config_follower import FollowerConfig
+from cdcsync.config_follower import MappingType as MappingType
+from cdcsync.config_follower import TableMappingConfig as TableMappingConfig
+from cdcsync.config_follower import VerifySettings as VerifySettings
 from cdcsync.config_runtime import DeltaSettings, MetricsSettings, SparkSettings
 from cdcsync.config_source import SourceConfig, TableRef
 from cdcsync.errors import ConfigError
@@ -99,218 +103,6 @@ class ConnectSettings(_Strict):
     secrets_dir_in_connect: str | None = Field(
         None, description="the same directory as the Connect worker sees it (a container mount); default secrets_dir"
     )
-
-
-# A column's type in a mapping (sync/mapping.py says how each is converted); mappings[].types may set any.
-MappingType = Literal[
-    "decimal",
-    "date",
-    "time",
-    "timestamp",
-    "json",
-    "bytes",
-    "bool",
-    "uuid",
-    "int",
-    "float",
-    "text",
-    "array",
-    "point",
-    "geometry",
-    "interval",
-    "duration",
-    "pg_text",
-    "geometric",
-    "bits",
-]
-
-
-class TableMappingConfig(_Strict):
-    """How one table's rows become a follower's documents or rows (docs/types.md)."""
-
-    target: str | None = Field(
-        None,
-        pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$",
-        description="the index, key space or table name in the store; default from the table's name",
-    )
-    include: list[str] | None = Field(None, description="the columns to keep (default: every column)")
-    rename: dict[str, str] = Field(default_factory=dict, description="column -> its field name in the store")
-    types: dict[str, MappingType] = Field(
-        default_factory=dict, description="column -> its type, where the one read from the source is not wanted"
-    )
-    index: IndexSettings | None = Field(
-        None, description="elasticsearch: this table's index settings, key by key over the follower's `index`"
-    )
-
-
-# Seconds between batch starts by sink kind (a batch that takes longer is followed at once). Search and cache
-# batches of ~500 changes take ~0.4 s at 1k changes/s, so a change waits ~0.25 s for its batch instead of ~0.5 s;
-# a warehouse MERGE takes seconds, so its interval does not matter (bench.freshness: docs/performance.md).
-TRIGGER_INTERVAL_S = {"elasticsearch": 0.5, "redis": 0.5, "delta": 1.0}
-# A batch's limits by sink kind: records, and bytes of records (sync/batching). The warehouse collects its batch
-# on the driver for one MERGE, so its bytes are what the heap holds; a MERGE is mostly fixed cost (2.3-2.6 s
-# alone for 5,000 to 50,000 narrow rows), so a warehouse behind catches up faster in larger ones: 64 MiB took a
-# burst of 100k changes at 3,967/s against 2,968-3,064/s at 16 MiB (docs/performance.md, "Batch size").
-# Search and cache batches are applied by Spark's tasks as they read them (sync/executors), Arrow batches of
-# 8 MiB at a time whatever the batch's size; their limits only set how often a catching-up follower pays a
-# batch's fixed cost (~0.3 s: task launch, checkpoint writes, a refresh), which at 30,000 changes per batch was
-# a third of a catch-up's time.
-BATCH_RECORDS = {"elasticsearch": 200_000, "redis": 200_000, "delta": 100_000}
-BATCH_BYTES = {"elasticsearch": 64 * 1024 * 1024, "redis": 64 * 1024 * 1024, "delta": 64 * 1024 * 1024}
-
-
-class VerifySettings(_Strict):
-    """The daemon's background verification of a follower (docs/followers.md, "Background verification")."""
-
-    enabled: bool = Field(True, description="compare each table with its source in the background, paced")
-    rows_per_s: int = Field(800, ge=1, description="rows read per second on each side: the pace of a pass")
-    period_s: float = Field(3600, ge=10, description="a table's passes start at most this often")
-    auto_repair: bool = Field(False, description="repair what a pass found (as `cdcsync repair`), through the log")
-
-
-class FollowerConfig(_Strict):
-    """A derived store kept in sync with the sources' tables, in their commit order."""
-
-    name: str = Field(pattern=NAME_PATTERN, description="the follower's name: in commands, metrics and state paths")
-    kind: Literal["elasticsearch", "redis", "delta"] = Field(description="the store it keeps in sync")
-    url: str | None = Field(None, description="elasticsearch / redis URL")
-    path: str | None = Field(None, description="delta: warehouse directory (default <state>/warehouse/<name>)")
-    prefix: str = Field("cdc", description="redis key prefix / elasticsearch index prefix")
-    soft_delete: bool = Field(False, description="a deleted row keeps its last data beside its delete marker")
-    history: bool = Field(False, description="delta: also keep every change in <target>__history")
-    tables: list[str] | None = Field(None, description="source.namespace.table to follow (default: all)")
-    mappings: dict[str, TableMappingConfig] = Field(
-        default_factory=dict,
-        description="by namespace.table, or source.namespace.table for one source's table (that one wins)",
-    )
-    username: str | None = Field(None, description="elasticsearch basic auth / redis ACL user")
-    password: SecretStr | None = Field(None, description="elasticsearch basic auth / redis password")
-    api_key: SecretStr | None = Field(None, description="elasticsearch API key (the encoded form, or id:key)")
-    tls_ca: str | None = Field(None, description="CA bundle (PEM file) that signs the https:// or rediss:// server")
-    checkpoint_dir: str | None = Field(None, description="the stream's checkpoint (default under state_dir)")
-    dead_letter_topic: str | None = Field(None, description="where records that cannot be applied go, with the "
-                                          "reason (default cdcsync.dlq.<name>)")  # fmt: skip
-    max_offsets_per_trigger: int | None = Field(
-        None, ge=1, description="a batch's records at most; default by kind (BATCH_RECORDS)"
-    )
-    max_batch_bytes: int | None = Field(
-        None,
-        ge=1024 * 1024,
-        description="a batch's records at most about this many bytes (sync/batching); default by kind (BATCH_BYTES)",
-    )
-    sink_attempts: int = Field(
-        8, ge=1, description="writes of a batch tried before it fails; the daemon then restarts the follower later"
-    )
-    trigger_interval_s: float | None = Field(
-        None, ge=0, description="seconds between batches; default by kind (TRIGGER_INTERVAL_S, docs/performance.md)"
-    )
-    refresh_each_batch: bool = Field(
-        True, description="elasticsearch: refresh the written indexes after each batch (false: refresh_interval)"
-    )
-    verify: VerifySettings = Field(VerifySettings(), description="the daemon's background verification")
-    index: IndexSettings | None = Field(
-        None, description="elasticsearch: the index settings of every table (a table's mappings.<table>.index wins)"
-    )
-
-    @property
-    def trigger_s(self) -> float:
-        """Seconds between the starts of two batches: ``trigger_interval_s``, or its kind's default."""
-        return self.trigger_interval_s if self.trigger_interval_s is not None else TRIGGER_INTERVAL_S[self.kind]
-
-    @property
-    def batch_records(self) -> int:
-        """A batch's record limit: ``max_offsets_per_trigger``, or its kind's default."""
-        return self.max_offsets_per_trigger if self.max_offsets_per_trigger is not None else BATCH_RECORDS[self.kind]
-
-    @property
-    def batch_bytes(self) -> int:
-        """A batch's byte limit: ``max_batch_bytes``, or its kind's default."""
-        return self.max_batch_bytes if self.max_batch_bytes is not None else BATCH_BYTES[self.kind]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _credentials_out_of_url(cls, value: Any) -> Any:
-        """Move ``user:password@`` out of the URL into ``username``/``password``: ``url`` never holds a secret."""
-        if not isinstance(value, dict) or not isinstance(value.get("url"), str):
-            return value
-        parts = urlsplit(value["url"])
-        if "password" in parse_qs(parts.query):
-            raise ValueError("url: put the password in password (or CDCSYNC_FOLLOWER_<NAME>_PASSWORD), not the query")
-        if "@" not in parts.netloc:
-            return value
-        userinfo, _, host = parts.netloc.rpartition("@")
-        user, has_password, password = userinfo.partition(":")
-        moved = {"url": urlunsplit(parts._replace(netloc=host))}
-        if user:
-            moved["username"] = unquote(user)
-        if has_password:
-            moved["password"] = unquote(password)
-        both = sorted(k for k in moved if k != "url" and value.get(k) is not None)
-        if both:
-            raise ValueError(f"url: its {' and '.join(both)} is also set on its own; keep one")
-        return {**value, **moved}
-
-    @model_validator(mode="after")
-    def _needs_location(self) -> FollowerConfig:
-        if self.kind in ("elasticsearch", "redis") and not self.url:
-            raise ValueError(f"follower {self.name}: kind {self.kind} needs url")
-        if self.kind == "delta":
-            given = [k for k in ("url", "username", "password", "api_key", "tls_ca") if getattr(self, k) is not None]
-            if given:
-                raise ValueError(f"follower {self.name}: kind delta takes no {', '.join(given)}")
-            return self
-        parts = urlsplit(self.url or "")
-        schemes = {"elasticsearch": ("http", "https"), "redis": ("redis", "rediss", "unix")}[self.kind]
-        if parts.scheme not in schemes:
-            raise ValueError(f"url: scheme {parts.scheme or 'none'!r}; kind {self.kind} takes {', '.join(schemes)}")
-        try:
-            parts.port  # noqa: B018  (parses the port, raising on a bad one)
-        except ValueError:
-            raise ValueError("url: its port is not a number from 1 to 65535") from None
-        if self.kind == "redis" and self.api_key is not None:
-            raise ValueError("api_key: only an elasticsearch follower takes an API key; redis uses username/password")
-        if self.kind == "elasticsearch" and (self.username is None) != (self.password is None):
-            raise ValueError("username and password: elasticsearch basic auth takes both")
-        if self.kind == "elasticsearch" and self.api_key is not None and self.password is not None:
-            raise ValueError("api_key: set an API key or basic auth (username/password), not both")
-        if self.tls_ca is not None:
-            if parts.scheme not in ("https", "rediss"):
-                raise ValueError(f"tls_ca: the url's scheme is {parts.scheme}; TLS needs https:// or rediss://")
-            if not Path(self.tls_ca).is_file():
-                raise ValueError(f"tls_ca: no file {self.tls_ca}")
-        return self
-
-    @model_validator(mode="after")
-    def _index_is_elasticsearchs(self) -> FollowerConfig:
-        if self.kind == "elasticsearch":
-            return self
-        given = (["index"] if self.index is not None else []) + [
-            f"mappings.'{table}'.index" for table, mapping in self.mappings.items() if mapping.index is not None
-        ]
-        if given:
-            raise ValueError(
-                f"follower {self.name}: {', '.join(given)}: index settings are for kind elasticsearch; a {self.kind} "
-                "follower takes none (remove them)"
-            )
-        return self
-
-    def mapping_for(self, source: str, table: TableRef) -> TableMappingConfig | None:
-        """The mapping a source's table takes: keyed by ``source.namespace.table``, else by ``namespace.table``."""
-        return self.mappings.get(f"{source}.{table}") or self.mappings.get(str(table))
-
-    def target_for(self, source: str, table: TableRef) -> str:
-        """The store's name for a source's table: its mapping's ``target``, else one made from the table's name."""
-        mapping = self.mapping_for(source, table)
-        return mapping.target if mapping and mapping.target else default_target(table.table)
-
-    def index_for(self, source: str, table: TableRef) -> IndexSettings:
-        """The index settings a source's table takes (elasticsearch): the follower's, with its mapping's over them."""
-        mapping = self.mapping_for(source, table)
-        return (self.index or IndexSettings()).under(mapping.index if mapping else None)
-
-    @property
-    def dlq_topic(self) -> str:
-        return self.dead_letter_topic or f"cdcsync.dlq.{self.name}"
 
 
 class Config(_Strict):
