@@ -23,6 +23,7 @@ directory (``TMPDIR``).
 A row that differs is looked at again by id a few times over ~15 s
 (``recheck``): one the follower was still applying, or a writer changed
 during the pass, is not divergence (docs/followers.md, "Rows in flight").
+Every differing id is looked at, ``LISTED`` at a time, from a file of them.
 
 Alternatives: a key-ordered merge of two sorted reads needs both sides
 sorted alike, which Elasticsearch (no sort on ``_id``) and Redis (SCAN
@@ -51,7 +52,7 @@ from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprin
 from cdcsync.sync.sink import Sink, batched
 from cdcsync.sync.sinks import sink_class
 from cdcsync.sync.verify_process import PROCESS_BYTES, pairs_from_process
-from cdcsync.sync.verify_spill import Spill, compare_parts
+from cdcsync.sync.verify_spill import PARTS, Spill, compare_parts
 
 T = TypeVar("T")
 EXAMPLES = 5  # ids of each kind in a report's JSON
@@ -133,8 +134,13 @@ def verify_follower(
             expected = source_pairs(source, table, mapping, sink, pace, progress, what)
         store = counted(paced(sink.scan(mapping.target), pace), progress, f"{report.table}: {follower.name}")
         held = ((ident, _digest(doc)) for ident, _version, doc in store)
-        compare(expected, held, report)
-        recheck(report, partial(look, source, table, mapping, sink), pauses)
+        with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp:
+            differing = Spill(Path(tmp) / "differing")
+            try:
+                compare(expected, held, report, differing)
+                recheck(report, partial(look, source, table, mapping, sink), pauses, differing, pace)
+            finally:
+                differing.close()
         reports.append(report)
     return reports
 
@@ -204,8 +210,10 @@ def recheck(
     report: TableReport,
     look: Callable[[Collection[str]], dict[str, tuple[bytes | None, bytes | None]]],
     pauses: Sequence[float] = PAUSES_S,
+    differing: Spill | None = None,
+    pace: float | None = None,
 ) -> None:
-    """Look again at the listed ids after each pause; a row leaves the report once it agrees, or once its
+    """Look again at the differing ids after each pause; a row leaves the report once it agrees, or once its
     store copy changes between two looks (the follower is applying that row's changes: in flight, not stuck).
 
     The pass reads the source, then the store, over minutes: a row changed
@@ -213,35 +221,74 @@ def recheck(
     to apply a change (a warehouse batch some seconds). A row that still
     differs, and whose store copy stayed as it was through every look, is
     reported in the kind its last look found (a stale row deleted at the
-    source meanwhile is extra). Ids past ``LISTED`` are counted, not re-checked.
+    source meanwhile is extra). ``differing`` holds every id the pass found
+    (``compare``): they are looked at ``LISTED`` at a time, so a pass under
+    writes, where most rows moved, ends clean. Without it only the listed ids
+    are looked at, and those past ``LISTED`` stay counted. ``pace``: rows a
+    second looked up on each side at most, across a chunk's looks.
     """
-    listed = report.listed()
+    if differing is None:
+        chunks: Iterable[list[tuple[str, str]]] = [list(report.listed().items())]
+        unchecked = {kind: getattr(report, f"{kind}_count") - len(getattr(report, kind)) for kind in KINDS}
+    else:
+        ids = ((ident, kind.decode()) for part in range(PARTS) for ident, kind in differing.read(part))
+        chunks, unchecked = batched(ids, LISTED), dict.fromkeys(KINDS, 0)
+    still: dict[str, list[str]] = {kind: [] for kind in KINDS}
+    counts = dict(unchecked)
+    for chunk in chunks:
+        started = time.monotonic()
+        found = _settle(dict(chunk), look, pauses)
+        if found is None:
+            return  # the rows cannot be looked up: the pass's findings stand
+        left, looked = found
+        for kind in KINDS:
+            now = [ident for ident, last in left.items() if last == kind]
+            counts[kind] += len(now)
+            still[kind] = sorted(still[kind] + now)[:LISTED]
+        if pace is not None:
+            time.sleep(max(0.0, looked / pace - (time.monotonic() - started)))
+    for kind in KINDS:
+        setattr(report, f"{kind}_count", counts[kind])
+        setattr(report, kind, still[kind])
+
+
+def _settle(
+    listed: dict[str, str],
+    look: Callable[[Collection[str]], dict[str, tuple[bytes | None, bytes | None]]],
+    pauses: Sequence[float],
+) -> tuple[dict[str, str], int] | None:
+    """``recheck`` of one chunk (id -> kind): the ids that still differ, with the kind of their last look, and
+    the rows looked up on each side; None when the ids cannot be looked up."""
     first: dict[str, bytes | None] = {}
     last: dict[str, tuple[bytes | None, bytes | None]] = {}
+    looked = 0
     for pause in pauses:
         if not listed:
             break
         time.sleep(pause)
         last = look(list(listed))
         if not last:
-            return  # the rows cannot be looked up: the pass's findings stand
+            return None
+        looked += len(listed)
         for ident in list(listed):
             there, held = last[ident]
             if there == held or first.setdefault(ident, held) != held:
                 del listed[ident]
-    for kind in KINDS:
-        before = len(getattr(report, kind))
-        now = sorted(i for i in listed if _kind(*last[i]) == kind) if last else getattr(report, kind)
-        setattr(report, f"{kind}_count", getattr(report, f"{kind}_count") - before + len(now))
-        setattr(report, kind, now)
+    return {ident: _kind(*last[ident]) if last else kind for ident, kind in listed.items()}, looked
 
 
 def _kind(there: bytes | None, held: bytes | None) -> str:
     return "missing" if held is None else "extra" if there is None else "stale"
 
 
-def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, bytes]], report: TableReport) -> None:
-    """Fill ``report`` from the source's (id, digest) pairs and the store's, spilled to disk (``verify_spill``).
+def compare(
+    expected: Iterable[tuple[str, bytes]],
+    held: Iterable[tuple[str, bytes]],
+    report: TableReport,
+    differing: Spill | None = None,
+) -> None:
+    """Fill ``report`` from the source's (id, digest) pairs and the store's, spilled to disk (``verify_spill``);
+    ``differing`` gets every differing id with its kind (as bytes), for ``recheck``.
 
     The two sides are read at once, each on a thread into a file of its own: each mostly waits for its
     server. An id met twice on one side counts once, its last digest kept (SCAN may return a Redis key twice).
@@ -272,10 +319,14 @@ def compare(expected: Iterable[tuple[str, bytes]], held: Iterable[tuple[str, byt
                     setattr(report, f"{kind}_count", getattr(report, f"{kind}_count") + len(ids))
                     if ids:  # the first LISTED in id order, of every part so far
                         listed[kind] = sorted(listed[kind] + ids)[:LISTED]
+                        if differing is not None:
+                            differing.add((ident, kind.encode()) for ident in ids)
 
             compare_parts(spills["source"], spills["store"], found)
             for kind in KINDS:
                 setattr(report, kind, listed[kind])
+            if differing is not None:
+                differing.done()
         finally:
             for spill in spills.values():
                 spill.close()

@@ -114,3 +114,45 @@ def test_a_source_side_that_fails_in_its_process_fails_the_verify_with_the_error
         verify_follower(moved, follower, sink, pauses=(0.0,))
     assert "psycopg" in type(failed.value).__module__, repr(failed.value)
     sink.close()
+
+
+def test_every_row_that_moved_during_the_pass_is_looked_at_again_not_only_those_listed(
+    filled: tuple[Config, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More rows differ at the end of the pass than a report lists; each is looked at again, by id, in the real
+    source and store, and only the planted divergence is left."""
+    config, table = filled
+    moved = range(100, 140)  # 40 rows, ten times what a report lists here
+    monkeypatch.setattr(verify, "LISTED", 4)
+    recheck = verify.recheck
+    for n, follower in enumerate(config.followers):
+        name = f"moved {n}"
+        _write(config, follower, moved, name, version=2)  # the store has a change the pass's source read lacked
+
+        def after_the_change_reached_the_source(*args: Any, name: str = name, **kwargs: Any) -> None:
+            # what a writer committed during the pass and the follower applied before the re-check
+            execute("postgres", f"UPDATE \"{table}\" SET name = '{name}' WHERE id BETWEEN 100 AND 139")
+            recheck(*args, **kwargs)
+
+        monkeypatch.setattr(verify, "recheck", after_the_change_reached_the_source)
+        sink = build_sink(config, follower, None)
+        (report,) = verify_follower(config, follower, sink, pauses=(0.0, 0.5))
+        sink.close()
+        assert (report.missing, report.extra, report.stale) == (["1501", "7"], ["99999"], ["2999", "8"]), report
+        assert (report.missing_count, report.extra_count, report.stale_count) == (2, 1, 2), follower.name
+
+
+def _write(config: Config, follower: Any, ids: range, name: str, version: int) -> None:
+    source, ref = config.sources[0], config.sources[0].tables[0]
+    mapping = next(iter(mappings_for(config, follower).values()))
+    sink = build_sink(config, follower, None)
+    sink.open([mapping])
+    rows = []
+    for row in source_rows(source, ref):
+        if row["id"] in ids:
+            doc = {**canonical_doc(row, mapping), "name": name}
+            change = Change(source.name, mapping.table, "u", {"id": row["id"]}, doc, None, version, "test", 0, 0)
+            rows.append(Row(change, mapping.target, doc_id(row, mapping), doc))
+    assert sink.write(0, rows).applied == len(ids)
+    sink.make_visible([mapping.target])
+    sink.close()

@@ -113,3 +113,30 @@ def test_a_table_the_follower_does_not_follow_is_refused_naming_those_it_does() 
     )
     with pytest.raises(ConfigError, match=r"follows no table pg\.public\.nope; it follows: pg\.public\.t"):
         verify_follower(config, config.follower("cache"), sink=None, only="pg.public.nope")  # type: ignore[arg-type]
+
+
+def test_every_differing_row_is_looked_at_again_not_only_those_listed(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A pass under writes finds most rows moved: each is looked at, ``LISTED`` at a time, and the report ends
+    with the rows that still differ only, counted exactly."""
+    import cdcsync.sync.verify as verify
+    from cdcsync.sync.verify_spill import Spill
+
+    monkeypatch.setattr(verify, "LISTED", 4)
+    source = [(str(n), b"new") for n in range(30)]
+    store = [(str(n), b"old") for n in range(1, 30)] + [("extra", b"x")]  # 0 missing, 1..29 stale, one extra
+    stuck = {"7", "22", "extra"}
+    r = TableReport("f", "pg.public.t", "t")
+    differing = Spill(tmp_path / "differing")
+    verify.compare(source, store, r, differing)
+    assert (r.missing_count, r.extra_count, r.stale_count, len(r.stale)) == (1, 1, 29, 4)
+    asked: list[int] = []
+
+    def look(ids: Collection[str]) -> dict[str, tuple[bytes | None, bytes | None]]:
+        asked.append(len(ids))
+        return {i: ((None, b"x") if i == "extra" else (b"new", b"old")) if i in stuck else (b"s", b"s") for i in ids}
+
+    verify.recheck(r, look, pauses=(0, 0), differing=differing)
+    differing.close()
+    assert max(asked) == 4 and sum(asked) >= 31  # every differing id, four at a time
+    assert (r.missing, r.extra, r.stale) == ([], ["extra"], ["22", "7"])
+    assert (r.missing_count, r.extra_count, r.stale_count) == (0, 1, 2)
