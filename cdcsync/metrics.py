@@ -179,7 +179,7 @@ def record_table_size(follower: str, table: str, files: int, size: int, disk: in
 
 
 def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
-    """Count one batch (``sync.follower.BatchCounts``)."""
+    """Count one batch (``sync.batch_counts.BatchCounts``)."""
     BATCH.labels(follower).observe(elapsed_s)
     for op, n in counts.applied_by_op.items():
         APPLIED.labels(follower, op).inc(n)

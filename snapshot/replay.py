@@ -32,7 +32,8 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Record
 from cdcsync.retry import doubling_honouring_retry_after
 from cdcsync.snapshot import parallel
-from cdcsync.sync.follower import BatchCounts, Follower
+from cdcsync.sync.batch_counts import BatchCounts
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import Sink
 

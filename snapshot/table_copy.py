@@ -21,7 +21,8 @@ from cdcsync.events import Change, PoisonRecord, Record
 from cdcsync.snapshot import jdbc, parallel
 from cdcsync.snapshot.reads import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
 from cdcsync.snapshot.replay import BATCH_ROWS
-from cdcsync.sync.follower import BatchCounts, Follower, snapshot_record
+from cdcsync.sync.batch_counts import BatchCounts
+from cdcsync.sync.follower import Follower, snapshot_record
 from cdcsync.sync.mapping import Row, TableMapping, canonical_doc, doc_id
 from cdcsync.sync.values import convert
 

@@ -13,8 +13,9 @@ import pytest
 from cdcsync.connectors.client import ConnectClient, ConnectUnreachable
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.snapshot.replay import publish
+from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.dead_letters import DeadLetters
-from cdcsync.sync.follower import BatchCounts, Follower
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sink import WriteResult
 

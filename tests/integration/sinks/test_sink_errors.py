@@ -21,8 +21,9 @@ from elasticsearch import Elasticsearch
 
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Change, Record
+from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.dead_letters import DeadLetters
-from cdcsync.sync.follower import BatchCounts, Follower
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import Row, TableMapping
 from cdcsync.sync.sink import Sink
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
