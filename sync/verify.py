@@ -39,7 +39,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,53 +51,16 @@ from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprin
 from cdcsync.sync.sink import Sink, batched
 from cdcsync.sync.sinks import sink_class
 from cdcsync.sync.verify_process import PROCESS_BYTES, pairs_from_process
-from cdcsync.sync.verify_spill import PARTS, Spill, compare_parts
+from cdcsync.sync.verify_recheck import PAUSES_S as PAUSES_S  # verify's parts, re-exported
+from cdcsync.sync.verify_recheck import recheck as recheck
+from cdcsync.sync.verify_report import KIND_BYTE, KINDS, LISTED
+from cdcsync.sync.verify_report import TableReport as TableReport
+from cdcsync.sync.verify_spill import Spill, compare_parts
 
 T = TypeVar("T")
-EXAMPLES = 5  # ids of each kind in a report's JSON
-KINDS = ("missing", "extra", "stale")
-LISTED = 10_000  # ids of each kind a report keeps; the counts go on
-PAUSES_S = (0.0, 1.0, 2.0, 4.0, 8.0)  # before each re-check of the differing rows (``recheck``)
 PROGRESS_S = 10.0
 SPILL_ROWS = 10_000  # rows a side reads between two looks at whether the other side failed
 SIDES = ("source", "store")
-
-
-@dataclass
-class TableReport:
-    follower: str
-    table: str
-    target: str
-    source_rows: int = 0
-    store_rows: int = 0
-    missing: list[str] = field(default_factory=list)  # the first LISTED ids, in id order
-    extra: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)
-    missing_count: int = 0
-    extra_count: int = 0
-    stale_count: int = 0
-
-    @property
-    def clean(self) -> bool:
-        return not (self.missing_count or self.extra_count or self.stale_count)
-
-    def as_dict(self, ids: int | None = EXAMPLES) -> dict[str, Any]:
-        """As JSON: the first ``ids`` listed ids of each kind (None: all listed, what ``repair --from`` reads)."""
-        data = asdict(self)
-        for key in KINDS:
-            data[key] = data[key][:ids]
-        data["clean"] = self.clean
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TableReport:
-        """A report as ``as_dict(None)`` wrote it."""
-        fields = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-        return cls(**fields)
-
-    def listed(self) -> dict[str, str]:
-        """Each listed id -> its kind."""
-        return {ident: kind for kind in KINDS for ident in getattr(self, kind)}
 
 
 def verify_follower(
@@ -206,81 +168,6 @@ def look(
     return {ident: (there.get(ident), held.get(ident)) for ident in ids}
 
 
-def recheck(
-    report: TableReport,
-    look: Callable[[Collection[str]], dict[str, tuple[bytes | None, bytes | None]]],
-    pauses: Sequence[float] = PAUSES_S,
-    differing: Spill | None = None,
-    pace: float | None = None,
-) -> None:
-    """Look again at the differing ids after each pause; a row leaves the report once it agrees, or once its
-    store copy changes between two looks (the follower is applying that row's changes: in flight, not stuck).
-
-    The pass reads the source, then the store, over minutes: a row changed
-    meanwhile differs without being divergent, and a follower needs a moment
-    to apply a change (a warehouse batch some seconds). A row that still
-    differs, and whose store copy stayed as it was through every look, is
-    reported in the kind its last look found (a stale row deleted at the
-    source meanwhile is extra). ``differing`` holds every id the pass found
-    (``compare``): they are looked at ``LISTED`` at a time, so a pass under
-    writes, where most rows moved, ends clean. Without it only the listed ids
-    are looked at, and those past ``LISTED`` stay counted. ``pace``: rows a
-    second looked up on each side at most, across a chunk's looks.
-    """
-    if differing is None:
-        chunks: Iterable[list[tuple[str, str]]] = [list(report.listed().items())]
-        unchecked = {kind: getattr(report, f"{kind}_count") - len(getattr(report, kind)) for kind in KINDS}
-    else:
-        ids = ((ident, kind.decode()) for part in range(PARTS) for ident, kind in differing.read(part))
-        chunks, unchecked = batched(ids, LISTED), dict.fromkeys(KINDS, 0)
-    still: dict[str, list[str]] = {kind: [] for kind in KINDS}
-    counts = dict(unchecked)
-    for chunk in chunks:
-        started = time.monotonic()
-        found = _settle(dict(chunk), look, pauses)
-        if found is None:
-            return  # the rows cannot be looked up: the pass's findings stand
-        left, looked = found
-        for kind in KINDS:
-            now = [ident for ident, last in left.items() if last == kind]
-            counts[kind] += len(now)
-            still[kind] = sorted(still[kind] + now)[:LISTED]
-        if pace is not None:
-            time.sleep(max(0.0, looked / pace - (time.monotonic() - started)))
-    for kind in KINDS:
-        setattr(report, f"{kind}_count", counts[kind])
-        setattr(report, kind, still[kind])
-
-
-def _settle(
-    listed: dict[str, str],
-    look: Callable[[Collection[str]], dict[str, tuple[bytes | None, bytes | None]]],
-    pauses: Sequence[float],
-) -> tuple[dict[str, str], int] | None:
-    """``recheck`` of one chunk (id -> kind): the ids that still differ, with the kind of their last look, and
-    the rows looked up on each side; None when the ids cannot be looked up."""
-    first: dict[str, bytes | None] = {}
-    last: dict[str, tuple[bytes | None, bytes | None]] = {}
-    looked = 0
-    for pause in pauses:
-        if not listed:
-            break
-        time.sleep(pause)
-        last = look(list(listed))
-        if not last:
-            return None
-        looked += len(listed)
-        for ident in list(listed):
-            there, held = last[ident]
-            if there == held or first.setdefault(ident, held) != held:
-                del listed[ident]
-    return {ident: _kind(*last[ident]) if last else kind for ident, kind in listed.items()}, looked
-
-
-def _kind(there: bytes | None, held: bytes | None) -> str:
-    return "missing" if held is None else "extra" if there is None else "stale"
-
-
 def compare(
     expected: Iterable[tuple[str, bytes]],
     held: Iterable[tuple[str, bytes]],
@@ -288,7 +175,7 @@ def compare(
     differing: Spill | None = None,
 ) -> None:
     """Fill ``report`` from the source's (id, digest) pairs and the store's, spilled to disk (``verify_spill``);
-    ``differing`` gets every differing id with its kind (as bytes), for ``recheck``.
+    ``differing`` gets every differing id with its kind's byte (``KIND_BYTE``), for ``recheck``.
 
     The two sides are read at once, each on a thread into a file of its own: each mostly waits for its
     server. An id met twice on one side counts once, its last digest kept (SCAN may return a Redis key twice).
@@ -320,7 +207,7 @@ def compare(
                     if ids:  # the first LISTED in id order, of every part so far
                         listed[kind] = sorted(listed[kind] + ids)[:LISTED]
                         if differing is not None:
-                            differing.add((ident, kind.encode()) for ident in ids)
+                            differing.add((ident, KIND_BYTE[kind]) for ident in ids)
 
             compare_parts(spills["source"], spills["store"], found)
             for kind in KINDS:

@@ -19,7 +19,7 @@ daemon runs it itself, a table at a time, on a thread of its own (a daemon
   the rows again); the next pass shows whether it worked.
 
 Rows in flight are not divergence: each pass re-checks what differs
-(``sync.verify.recheck``).
+(``sync.verify_recheck``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ quoted mixed case, so the size that chooses the process is its partitions'.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import pytest
 
 from cdcsync.config import Config
 from cdcsync.events import Change
-from cdcsync.sync import verify
+from cdcsync.sync import verify, verify_recheck
 from cdcsync.sync.catalog import mappings_for, source_rows, table_bytes
 from cdcsync.sync.mapping import Row, canonical_doc, doc_id
 from cdcsync.sync.sinks import build_sink
@@ -55,22 +55,30 @@ def filled(tmp_path: Path) -> Iterator[tuple[Config, str]]:
 
 
 def _fill(config: Config, follower: Any) -> None:
-    source, ref = config.sources[0], config.sources[0].tables[0]
+    def planted(source: Any, mapping: Any) -> list[Row]:
+        rows = []
+        for row in source_rows(source, source.tables[0]):
+            if row["id"] in (7, 1501):
+                continue  # missing: a write the store never got
+            doc = canonical_doc(row, mapping)
+            if row["id"] in (8, 2999):
+                doc = {**doc, "name": "not what the source holds"}  # stale
+            change = Change(source.name, mapping.table, "r", {"id": row["id"]}, doc, None, 1, "test", 0, 0)
+            rows.append(Row(change, mapping.target, doc_id(row, mapping), doc))
+        extra = {"id": 99_999, "name": "gone from the source", "at": None}
+        rows.append(Row(Change(source.name, mapping.table, "r", {"id": 99_999}, extra, None, 1, "test", 0, 0),
+                        mapping.target, "99999", extra))  # fmt: skip
+        return rows
+
+    _write_rows(config, follower, planted)
+
+
+def _write_rows(config: Config, follower: Any, rows_for: Callable[[Any, Any], list[Row]]) -> None:
+    """Write ``rows_for(source, mapping)`` to the follower's store with its sink, and make them visible."""
     mapping = next(iter(mappings_for(config, follower).values()))
     sink = build_sink(config, follower, None)
     sink.open([mapping])
-    rows = []
-    for row in source_rows(source, ref):
-        if row["id"] in (7, 1501):
-            continue  # missing: a write the store never got
-        doc = canonical_doc(row, mapping)
-        if row["id"] in (8, 2999):
-            doc = {**doc, "name": "not what the source holds"}  # stale
-        change = Change(source.name, mapping.table, "r", {"id": row["id"]}, doc, None, 1, "test", 0, 0)
-        rows.append(Row(change, mapping.target, doc_id(row, mapping), doc))
-    extra = {"id": 99_999, "name": "gone from the source", "at": None}
-    rows.append(Row(Change(source.name, mapping.table, "r", {"id": 99_999}, extra, None, 1, "test", 0, 0),
-                    mapping.target, "99999", extra))  # fmt: skip
+    rows = rows_for(config.sources[0], mapping)
     assert sink.write(0, rows).applied == len(rows)
     sink.make_visible([mapping.target])
     sink.close()
@@ -123,7 +131,8 @@ def test_every_row_that_moved_during_the_pass_is_looked_at_again_not_only_those_
     source and store, and only the planted divergence is left."""
     config, table = filled
     moved = range(100, 140)  # 40 rows, ten times what a report lists here
-    monkeypatch.setattr(verify, "LISTED", 4)
+    for module in (verify, verify_recheck):  # what a report lists, and how many ids a look is asked about
+        monkeypatch.setattr(module, "LISTED", 4)
     recheck = verify.recheck
     for n, follower in enumerate(config.followers):
         name = f"moved {n}"
@@ -143,16 +152,14 @@ def test_every_row_that_moved_during_the_pass_is_looked_at_again_not_only_those_
 
 
 def _write(config: Config, follower: Any, ids: range, name: str, version: int) -> None:
-    source, ref = config.sources[0], config.sources[0].tables[0]
-    mapping = next(iter(mappings_for(config, follower).values()))
-    sink = build_sink(config, follower, None)
-    sink.open([mapping])
-    rows = []
-    for row in source_rows(source, ref):
-        if row["id"] in ids:
-            doc = {**canonical_doc(row, mapping), "name": name}
-            change = Change(source.name, mapping.table, "u", {"id": row["id"]}, doc, None, version, "test", 0, 0)
-            rows.append(Row(change, mapping.target, doc_id(row, mapping), doc))
-    assert sink.write(0, rows).applied == len(ids)
-    sink.make_visible([mapping.target])
-    sink.close()
+    def renamed(source: Any, mapping: Any) -> list[Row]:
+        rows = []
+        for row in source_rows(source, source.tables[0]):
+            if row["id"] in ids:
+                doc = {**canonical_doc(row, mapping), "name": name}
+                change = Change(source.name, mapping.table, "u", {"id": row["id"]}, doc, None, version, "test", 0, 0)
+                rows.append(Row(change, mapping.target, doc_id(row, mapping), doc))
+        assert len(rows) == len(ids)
+        return rows
+
+    _write_rows(config, follower, renamed)

@@ -119,9 +119,11 @@ def test_every_differing_row_is_looked_at_again_not_only_those_listed(tmp_path, 
     """A pass under writes finds most rows moved: each is looked at, ``LISTED`` at a time, and the report ends
     with the rows that still differ only, counted exactly."""
     import cdcsync.sync.verify as verify
+    import cdcsync.sync.verify_recheck as verify_recheck
     from cdcsync.sync.verify_spill import Spill
 
-    monkeypatch.setattr(verify, "LISTED", 4)
+    for module in (verify, verify_recheck):  # what a report lists, and how many ids a look is asked about
+        monkeypatch.setattr(module, "LISTED", 4)
     source = [(str(n), b"new") for n in range(30)]
     store = [(str(n), b"old") for n in range(1, 30)] + [("extra", b"x")]  # 0 missing, 1..29 stale, one extra
     stuck = {"7", "22", "extra"}
@@ -140,3 +142,27 @@ def test_every_differing_row_is_looked_at_again_not_only_those_listed(tmp_path, 
     assert max(asked) == 4 and sum(asked) >= 31  # every differing id, four at a time
     assert (r.missing, r.extra, r.stale) == ([], ["extra"], ["22", "7"])
     assert (r.missing_count, r.extra_count, r.stale_count) == (0, 1, 2)
+
+
+def test_a_large_divergence_that_does_not_settle_is_looked_at_twice_not_at_every_pause(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A store emptied: every row is missing at each look. After a second wave that settled none, the looks end;
+    each wave looks at every id, ``LISTED`` at a time."""
+    import cdcsync.sync.verify as verify
+    import cdcsync.sync.verify_recheck as verify_recheck
+    from cdcsync.sync.verify_spill import Spill
+
+    for module in (verify, verify_recheck):  # what a report lists, and how many ids a look is asked about
+        monkeypatch.setattr(module, "LISTED", 4)
+    r = TableReport("f", "pg.public.t", "t")
+    differing = Spill(tmp_path / "differing")
+    verify.compare([(str(n), b"row") for n in range(30)], [], r, differing)
+    asked: list[int] = []
+
+    def look(ids: Collection[str]) -> dict[str, tuple[bytes | None, bytes | None]]:
+        asked.append(len(ids))
+        return {i: (b"row", None) for i in ids}
+
+    verify.recheck(r, look, pauses=(0, 0, 0, 0, 0), differing=differing)
+    differing.close()
+    assert sum(asked) == 2 * 30 and max(asked) == 4
+    assert (r.missing_count, len(r.missing), r.missing[:2]) == (30, 4, ["0", "1"])
