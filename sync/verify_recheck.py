@@ -95,6 +95,8 @@ def _waves(
                     last = look([ident for ident, _state in chunk])
                     if not last:
                         wave.close()
+                        if current is not ids:
+                            current.close()
                         return None
                     stays = []
                     for ident, state in chunk:
