@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-cores", type=int, default=1, help="cores of each of the two workers")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     args = parser.parse_args(argv)
+    if args.partitions < 2:
+        parser.error("--partitions: 2 or more (the other topic has 1)")
     stop_on_sigterm()
 
     from cdcsync.config import Config
@@ -96,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         for process in cluster:
             process.wait(timeout=60)
         _cleanup(config, tag, table, pg)
+        shutil.rmtree(tmp, ignore_errors=True)  # checkpoints, the workers' logs and work dirs
     _report(results, args)
     return 0
 
@@ -227,6 +231,8 @@ def _on_workers(
 def _catch_up(spark: Any, config: Any, cfg: Any) -> dict[str, Any]:
     """A fresh follower applies its topic from offset 0: changes/s over the batches that carried data, the
     machine's share busy meanwhile and the cores each part used (the executors' JVMs are in ``other``)."""
+    from elasticsearch import Elasticsearch
+
     from cdcsync.sync.build import build_follower
     from cdcsync.sync.stream import start_query
 
@@ -239,6 +245,10 @@ def _catch_up(spark: Any, config: Any, cfg: Any) -> dict[str, Any]:
     records = sum(p["numInputRows"] for p in progress)
     batch_s = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000 or total_s
     rate = records / batch_s
+    index = f"{cfg.prefix}rows"
+    held = Elasticsearch(cfg.url).count(index=index)["count"]
+    if held != records:  # every change of the topic is an insert of its own row
+        raise RuntimeError(f"[{cfg.name}] {index} holds {held:,} documents after {records:,} changes")
     busy = round(sum(v for k, v in used.items() if not k.startswith("spark jvm: ")) / (os.cpu_count() or 1), 2)
     say(f"[{cfg.name}] {records:,} changes in {batch_s:.1f} s of batches: {rate:,.0f}/s; cpu {cpu.summary(used)}")
     return {"per_s": round(rate), "busy": busy, "cores": used}
