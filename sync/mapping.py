@@ -218,12 +218,13 @@ def _placeholder_reason(change: Change, mapping: TableMapping) -> str:
 def canonical_doc(row: Mapping[str, Any], mapping: TableMapping) -> dict[str, Any]:
     """A source row (column -> value from the database driver) mapped like ``map_row`` maps a change."""
     doc = {}
-    fields = mapping.fields()
-    for column, value in row.items():
-        if column not in fields and mapping.include is not None:
+    plan, widths, every = mapping.plan, mapping.widths, mapping.include is None
+    for column, value in row.items():  # once per value of every row of a verify: kept to lookups
+        step = plan.get(column)
+        if step is None and not every:
             continue
-        name, kind = fields.get(column, (mapping.field(column), None))
-        doc[name] = canonical_value(value, kind, mapping.widths.get(column))
+        name, kind = (mapping.field(column), None) if step is None else step[:2]
+        doc[name] = None if value is None else canonical_value(value, kind, widths.get(column))
     return doc
 
 

@@ -11,7 +11,9 @@ its id and a 16-byte digest of its fingerprint, appended to a file per side
 in a temporary directory, in parts by the hash of the id
 (``verify_spill``). The two sides are read at once, each on a thread of its
 own, since each mostly waits for its server; a large table's source side is
-read in a process of its own (``verify_process``). The three kinds of difference
+read in a process of its own (``verify_process``), and the warehouse's rows
+are digested by Spark's Python workers, where the table is read
+(``store_pairs``). The three kinds of difference
 are then found one part at a time, each part of each side read into a dict.
 What stays in memory is the parts' write buffers (~130k pairs per side), one
 part of each side (~1/256 of the table, split again on disk past 400,000
@@ -41,7 +43,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.errors import ConfigError
@@ -94,8 +96,7 @@ def verify_follower(
             expected = pairs_from_process(config, follower.name, source, table, mapping, what, progress is not None)
         else:
             expected = source_pairs(source, table, mapping, sink, pace, progress, what)
-        store = counted(paced(sink.scan(mapping.target), pace), progress, f"{report.table}: {follower.name}")
-        held = ((ident, _digest(doc)) for ident, _version, doc in store)
+        held = counted(store_pairs(sink, mapping.target, pace), progress, f"{report.table}: {follower.name}")
         with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp:
             differing = Spill(Path(tmp) / "differing")
             try:
@@ -121,7 +122,20 @@ def source_pairs(
     if pace is not None and mapping.key_columns:
         rows = source_pages(source, table, mapping.key_columns)
     rows = counted(paced(rows, pace), progress, what)
-    return ((doc_id(row, mapping), _digest(sink.stored_form(canonical_doc(row, mapping)))) for row in rows)
+    return ((doc_id(row, mapping), digest(sink.stored_form(canonical_doc(row, mapping)))) for row in rows)
+
+
+def store_pairs(sink: Sink, target: str, pace: float | None) -> Iterator[tuple[str, bytes]]:
+    """The store side: each live row as its id and the digest of its stored form (``pace``: rows a second at most).
+
+    A store that can digest its rows where they are (the warehouse, on Spark's executors: ``digests``) does,
+    unless the pass is paced: a paced pass reads a row at a time, so that it never takes the executors
+    from the followers for a partition's worth of work at once.
+    """
+    digests = getattr(sink, "digests", None)
+    if pace is None and digests is not None:
+        return cast(Iterator[tuple[str, bytes]], digests(target, digest))
+    return ((ident, digest(doc)) for ident, _version, doc in paced(sink.scan(target), pace))
 
 
 def counted(items: Iterable[T], progress: Callable[[str], None] | None, what: str) -> Iterator[T]:
@@ -161,10 +175,10 @@ def look(
     if not readable(mapping):
         return {}
     there = {
-        ident: _digest(sink.stored_form(canonical_doc(row, mapping)))
+        ident: digest(sink.stored_form(canonical_doc(row, mapping)))
         for ident, row in rows_of(source, table, mapping, ids)
     }
-    held = {ident: _digest(doc) for ident, _version, doc in sink.lookup(mapping.target, ids)}
+    held = {ident: digest(doc) for ident, _version, doc in sink.lookup(mapping.target, ids)}
     return {ident: (there.get(ident), held.get(ident)) for ident in ids}
 
 
@@ -238,7 +252,7 @@ def _fill(
             close()
 
 
-def _digest(doc: dict[str, Any]) -> bytes:
+def digest(doc: dict[str, Any]) -> bytes:
     return hashlib.blake2b(fingerprint_bytes(_present(doc)), digest_size=16).digest()
 
 

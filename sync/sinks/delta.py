@@ -68,7 +68,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
@@ -298,6 +298,10 @@ class DeltaSink:
     def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """Every live row, one Spark partition at a time: ``(doc_id, version, doc in stored form)`` (``reads.scan``)."""
         yield from reads.scan(self, target)
+
+    def digests(self, target: str, digest: Callable[[dict[str, Any]], bytes]) -> Iterator[tuple[str, bytes]]:
+        """Every live row's id and ``digest`` of its stored form, computed on the executors (``reads.digests``)."""
+        yield from reads.digests(self, target, digest)
 
     def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """The live rows of these ids, ``reads.LOOKUP_IDS`` ids a query: ``(doc_id, version, doc in stored form)``."""
