@@ -96,20 +96,8 @@ def test_followers_converge_through_a_standalone_master_and_worker(cluster: str,
         sc.caught_up()
         config_path = tmp_path / "cdcsync.yaml"
         config_path.write_text(yaml.safe_dump(sc.raw))
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-        spark_submit = Path(sys.executable).parent / "spark-submit"
-        before = _apps()
-        submitted = subprocess.run(
-            [str(spark_submit), "--master", cluster, "--deploy-mode", "client", "--name", "cdcsync-cluster-test",
-             "--driver-memory", "1g", "--executor-memory", "768m",
-             "--jars", ",".join(str(j) for j in connector_jars()),
-             str(ROOT / "deploy" / "spark" / "submit.py"), "--config", str(config_path), "run", "--once"],
-            capture_output=True, text=True, timeout=900, env=env,
-        )  # fmt: skip
+        submitted = _submit(cluster, config_path, "run", "--once")
         assert submitted.returncode == 0, submitted.stderr[-4000:]
-
-        ran = [a for app_id, a in _apps().items() if app_id not in before]
-        assert len(ran) == 1 and ran[0]["cores"] >= 1, ran  # it ran on the cluster's executors, not local[*]
 
         verify = subprocess.run(
             [sys.executable, "-m", "cdcsync", "--config", str(config_path), "verify", "--json"],
@@ -120,3 +108,28 @@ def test_followers_converge_through_a_standalone_master_and_worker(cluster: str,
         assert all(r["clean"] for r in reports), reports
         kept = ROWS - ROWS // 7 + 50  # ids 1..ROWS less every 7th, then 50 inserted
         assert [r["store_rows"] for r in reports if r["target"] == t] == [kept] * 3, reports
+
+        # A verify submitted to the cluster: the warehouse's rows are digested on the worker's executors.
+        on_cluster = _submit(cluster, config_path, "verify", "warehouse", "--json")
+        assert on_cluster.returncode == 0, (on_cluster.stdout[-3000:], on_cluster.stderr[-4000:])
+        # spark-submit's PythonRunner merges the program's stderr (its progress lines) into its stdout
+        report = on_cluster.stdout[on_cluster.stdout.find("\n[\n") + 1 :]
+        found = [(r["clean"], r["store_rows"]) for r in json.loads(report) if r["target"] == t]
+        assert found == [(True, kept)], on_cluster.stdout[-3000:]
+
+
+def _submit(cluster: str, config_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cdcsync ARGS`` through ``spark-submit`` to the cluster; it must have run as one application there."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    before = _apps()
+    submitted = subprocess.run(
+        [str(spark_submit), "--master", cluster, "--deploy-mode", "client", "--name", "cdcsync-cluster-test",
+         "--driver-memory", "1g", "--executor-memory", "768m",
+         "--jars", ",".join(str(j) for j in connector_jars()),
+         str(ROOT / "deploy" / "spark" / "submit.py"), "--config", str(config_path), *args],
+        capture_output=True, text=True, timeout=900, env=env,
+    )  # fmt: skip
+    ran = [a for app_id, a in _apps().items() if app_id not in before]
+    assert len(ran) == 1 and ran[0]["cores"] >= 1, ran  # it ran on the cluster's executors, not local[*]
+    return submitted
