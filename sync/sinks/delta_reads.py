@@ -71,8 +71,8 @@ def digests(sink: DeltaSink, target: str, digest: Callable[[dict[str, Any]], byt
     """
     table = sink._table(target)
     kinds = list(table.kinds.items())
-    columns = [read_column(name, kind) for name, kind in kinds]
-
+    # By position: mapInArrow resolves its input's names again, and would read "a.b" as field b of a column a.
+    columns = [read_column(name, kind).alias(f"c{n}") for n, (name, kind) in enumerate(kinds)]
     readers = [(name, read_back(kind)) for name, kind in kinds]
 
     def digested(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
