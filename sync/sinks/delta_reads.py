@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from cdcsync.sync.sink import batched
 from cdcsync.sync.sinks import delta_load as load
 from cdcsync.sync.sinks.delta_tables import META
-from cdcsync.sync.sinks.delta_values import decode, read_back, read_column, stored
+from cdcsync.sync.sinks.delta_values import read_back, read_column, stored
 
 if TYPE_CHECKING:
     from cdcsync.sync.sinks.delta import DeltaSink
@@ -44,14 +44,13 @@ def scan(sink: DeltaSink, target: str) -> Iterator[tuple[str, int, dict[str, Any
     warehouse of 60 KB rows ran out of it.
     """
     table = sink._table(target)
-    kinds = list(table.kinds.items())
-    columns = [read_column(name, kind) for name, kind in kinds]
+    columns = [read_column(name, kind) for name, kind in table.kinds.items()]
+    readers = _readers(table.kinds)
 
     def rows() -> Iterator[tuple[str, int, dict[str, Any]]]:
         read = sink.live(target).select("_cdcsync_id", "_cdcsync_version", *columns).toLocalIterator()
         for row in read:
-            doc = {name: decode(kind, row[i + 2]) for i, (name, kind) in enumerate(kinds)}
-            yield row[0], row[1], stored_form(doc)
+            yield row[0], row[1], _stored_doc(readers, row[2:])
 
     yield from _planned_again(sink, table.path, rows)
 
@@ -73,19 +72,12 @@ def digests(sink: DeltaSink, target: str, digest: Callable[[dict[str, Any]], byt
     kinds = list(table.kinds.items())
     # By position: mapInArrow resolves its input's names again, and would read "a.b" as field b of a column a.
     columns = [read_column(name, kind).alias(f"c{n}") for n, (name, kind) in enumerate(kinds)]
-    readers = [(name, read_back(kind)) for name, kind in kinds]
+    readers = _readers(table.kinds)
 
     def digested(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             ids, *values = (column.to_pylist() for column in batch.columns)
-            pairs = []
-            for n, ident in enumerate(ids):
-                doc = {}
-                for (name, read), column in zip(readers, values, strict=True):
-                    value = column[n]
-                    if value is not None:
-                        doc[name] = value if read is None else read(value)
-                pairs.append((ident, digest(doc)))
+            pairs = [(ident, digest(_stored_doc(readers, row))) for ident, *row in zip(ids, *values, strict=True)]
             yield pa.RecordBatch.from_pydict({"pairs": [pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL)]})
 
     def pairs() -> Iterator[tuple[str, bytes]]:
@@ -120,13 +112,31 @@ def lookup(sink: DeltaSink, target: str, ids: Iterable[str]) -> Iterator[tuple[s
     """The live rows of these ids, ``LOOKUP_IDS`` ids a query: ``(doc_id, version, doc in stored form)``."""
     table = sink._table(target)
     columns = [read_column(name, kind) for name, kind in table.kinds.items()]
+    readers = _readers(table.kinds)
     for chunk in batched(ids, LOOKUP_IDS):
         with sink._errors(f"reading {table.path}"):
             found = sink.live(target).where(F.col("_cdcsync_id").isin(list(chunk)))
             rows = found.select("_cdcsync_id", "_cdcsync_version", *columns).collect()
         for row in rows:
-            doc = {name: decode(kind, row[i + 2]) for i, (name, kind) in enumerate(table.kinds.items())}
-            yield row[0], row[1], stored_form(doc)
+            yield row[0], row[1], _stored_doc(readers, row[2:])
+
+
+Readers = list[tuple[str, Callable[[Any], Any] | None]]
+
+
+def _readers(kinds: dict[str, str | None]) -> Readers:
+    """Each column's name and its ``read_back`` (None: the value as read is its stored form)."""
+    return [(name, read_back(kind)) for name, kind in kinds.items()]
+
+
+def _stored_doc(readers: Readers, values: Iterable[Any]) -> dict[str, Any]:
+    """One row's column values, as read, as its document in stored form (null columns left out): what
+    ``scan``, ``lookup`` and ``digests`` all give, so that their rows compare."""
+    return {
+        name: value if read is None else read(value)
+        for (name, read), value in zip(readers, values, strict=True)
+        if value is not None
+    }
 
 
 def stored_form(doc: dict[str, Any]) -> dict[str, Any]:
