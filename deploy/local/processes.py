@@ -202,3 +202,12 @@ def cmdline(pid: int) -> list[bytes] | None:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
+
+
+def tail(name: str, lines: int = 15) -> str:
+    """The last ``lines`` lines of a component's log, indented: what an error about it shows."""
+    try:
+        text = (LOGS / f"{name}.log").read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return "  (no log written)"
+    return "\n".join("  | " + line for line in text)

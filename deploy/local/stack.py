@@ -4,8 +4,9 @@
 Standard library only, so it runs before the project's virtualenv exists.
 ``install.sh`` puts the binaries in place (Debian packages, jars resolved by
 Maven); this script says how each component starts and when it is healthy,
-``processes.py`` how any of them is spawned, found and stopped, and
-``configs.py`` what each is configured with:
+``processes.py`` how any of them is spawned, found and stopped,
+``pgserver.py`` how Postgres (started by ``pg_ctl``) is, and ``configs.py``
+what each is configured with:
 
     stack.py up [COMPONENT...]      start what is not running, wait until healthy
     stack.py down [COMPONENT...]    stop exactly the processes it started
@@ -40,9 +41,10 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # configs.py and processes.py beside this file, however this file was loaded
     sys.path.insert(0, str(HERE))
 import configs  # noqa: E402
+from pgserver import pg_pid, pg_start, pg_stop  # noqa: E402
 from processes import (  # noqa: E402
-    CONF, DATA, LOGS, RUN, SERVICE_USER, STATE, StackError, cmdline, kill, own, proc_start_time, read_pid, rss_bytes,
-    run_as_service, spawn, stat_fields, terminate, zombie,
+    CONF, DATA, LOGS, RUN, SERVICE_USER, STATE, StackError, kill, own, read_pid, rss_bytes, run_as_service, spawn, tail,
+    terminate,
 )
 
 ORDER = ["postgres", "mariadb", "redis", "seaweedfs", "kafka", "elasticsearch", "connect"]
@@ -116,14 +118,6 @@ def wait_until(name: str, check: Callable[[], bool], timeout: float, pid_of: Cal
     raise StackError(f"{name} did not become healthy within {timeout:.0f}s; log: {LOGS / (name + '.log')}\n{tail(name)}")
 
 
-def tail(name: str, lines: int = 15) -> str:
-    try:
-        text = (LOGS / f"{name}.log").read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return "  (no log written)"
-    return "\n".join("  | " + line for line in text)
-
-
 # --------------------------------------------------------------------------- components
 
 
@@ -136,88 +130,6 @@ class Component:
     timeout: float
     pid: Callable[[], int | None]
     stop: Callable[[int], None]
-
-
-def pg_bin(tool: str) -> str:
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
-    if not versions:
-        raise StackError("postgres: no server under /usr/lib/postgresql; run deploy/local/install.sh")
-    return f"{versions[-1]}/{tool}"
-
-
-def pg_lock_pid() -> int | None:
-    """The pid postmaster.pid names; the file outlives a killed postmaster."""
-    try:
-        return int((DATA / "postgres/postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def pg_pid() -> int | None:
-    """The postmaster of this data directory, if it runs.
-
-    The pid in postmaster.pid may since belong to another process (pids wrap):
-    the process must be one started on this data directory.
-    """
-    pid = pg_lock_pid()
-    if pid is None or proc_start_time(pid) is None:
-        return None
-    return pid if _on_data_dir(cmdline(pid)) else None
-
-
-def _on_data_dir(argv: list[bytes] | None) -> bool:
-    """Whether a process's argv names this data directory, as pg_ctl starts the postmaster (-D)."""
-    return os.fsencode(DATA / "postgres") in (argv or [])
-
-
-def pg_wait_gone(timeout: float = 60) -> None:
-    """Wait while the postmaster postmaster.pid names has been killed but is not gone yet.
-
-    Postgres refuses to start while that pid exists. After `kill -9` the
-    process dies, then stays a zombie until its parent (often pid 1) reaps it:
-    seconds. A live process of another program with the recycled pid does
-    not hold Postgres back and is not waited for.
-    """
-    pid = pg_lock_pid()
-    deadline = time.monotonic() + timeout
-    while pid is not None and stat_fields(pid):
-        argv = cmdline(pid)
-        dying = zombie(pid) or not any(argv or [])  # a dying process's argv reads empty
-        if not (dying or _on_data_dir(argv)):
-            return  # another program's process
-        if time.monotonic() > deadline:
-            raise StackError(f"postgres: the postmaster postmaster.pid names (pid {pid}) is still there after "
-                             f"{timeout:.0f}s (parent pid {(stat_fields(pid)[1:2] or ['?'])[0]}); Postgres will not start "
-                             "while it exists")
-        time.sleep(0.2)
-
-
-def pg_start() -> None:
-    data = DATA / "postgres"
-    if not (data / "PG_VERSION").exists():
-        own(data)
-        pwfile = RUN / "pg.pw"
-        pwfile.write_text("postgres\n")
-        own(pwfile)
-        done = run_as_service([pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--pwfile", str(pwfile),
-                               "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-locale"])
-        pwfile.unlink()
-        if done.returncode:
-            raise StackError(f"postgres: initdb failed\n{done.stdout}{done.stderr}")
-        with open(data / "postgresql.conf", "a") as conf:
-            conf.write(configs.postgresql_conf(ENV, RUN))
-    pg_wait_gone()
-    done = run_as_service([pg_bin("pg_ctl"), "-D", str(data), "-l", str(LOGS / "postgres.log"), "-w", "-t", "60", "start"])
-    if done.returncode:
-        raise StackError(f"postgres failed to start; log: {LOGS / 'postgres.log'}\n{done.stdout}{done.stderr}\n{tail('postgres')}")
-    psql = [pg_bin("psql"), "-h", str(RUN), "-p", ENV["PG_PORT"], "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-qtA"]
-    done = run_as_service([*psql, "-d", "postgres"], input=configs.postgres_provisioning(ENV))
-    if done.returncode:
-        raise StackError(f"postgres: provisioning role/database failed\n{done.stderr}")
-
-
-def pg_stop(_pid: int) -> None:
-    run_as_service([pg_bin("pg_ctl"), "-D", str(DATA / "postgres"), "-m", "fast", "-w", "-t", "60", "stop"])
 
 
 def mariadb_start() -> None:
@@ -340,7 +252,7 @@ def stop_spawned(name: str) -> Callable[[int], None]:
 
 
 COMPONENTS = {c.name: c for c in [
-    Component("postgres", "PG_PORT", pg_start, lambda: tcp_open(int(ENV["PG_PORT"])), 60, pg_pid, pg_stop),
+    Component("postgres", "PG_PORT", lambda: pg_start(ENV), lambda: tcp_open(int(ENV["PG_PORT"])), 60, pg_pid, pg_stop),
     Component("mariadb", "MARIADB_PORT", mariadb_start, mariadb_ready, 90, spawned("mariadb"), stop_spawned("mariadb")),
     Component("redis", "REDIS_PORT", redis_start, redis_ping, 30, spawned("redis"), stop_spawned("redis")),
     Component("seaweedfs", "S3_PORT", seaweedfs_start, seaweedfs_ready, 60, spawned("seaweedfs"), stop_spawned("seaweedfs")),

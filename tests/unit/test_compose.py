@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,16 +89,20 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> LocalStack:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(stack, "ENV", env)  # stack.env itself, not this shell's overrides
         mp.setattr(stack, "STATE", state)
+        pg = sys.modules["pgserver"]  # Postgres's start, which stack.py imports
         for attr in ("DATA", "LOGS", "RUN", "CONF"):
             path = state / attr.lower()
             path.mkdir()
             mp.setattr(stack, attr, path)
+            if hasattr(pg, attr):
+                mp.setattr(pg, attr, path)
         mp.setattr(stack, "spawn", spawn)
         mp.setattr(stack, "java_cmd", java_cmd)
         mp.setattr(stack, "weed_binary", lambda: Path("weed"))
-        mp.setattr(stack, "run_as_service", lambda argv, **kwargs: done)
-        mp.setattr(stack, "own", lambda *paths: [p.mkdir(parents=True) for p in paths if not p.exists()])
-        mp.setattr(stack, "pg_bin", lambda tool: tool)
+        for module in (stack, pg):
+            mp.setattr(module, "run_as_service", lambda argv, **kwargs: done)
+            mp.setattr(module, "own", lambda *paths: [p.mkdir(parents=True) for p in paths if not p.exists()])
+        mp.setattr(pg, "pg_bin", lambda tool: tool)
         mp.setattr(stack, "mariadb_sql", mariadb_sql)
         for name in stack.ORDER:
             stack.COMPONENTS[name].start()

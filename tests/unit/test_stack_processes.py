@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "local"))
+import pgserver  # noqa: E402
+import processes  # noqa: E402
 import stack  # noqa: E402
 
 
@@ -40,7 +42,7 @@ def _wait_for_argv(proc: subprocess.Popen) -> None:
 def test_an_exited_but_unreaped_process_is_not_running() -> None:
     child = _zombie()
     try:
-        assert stack.proc_start_time(child.pid) is None
+        assert processes.proc_start_time(child.pid) is None
     finally:
         child.wait()
 
@@ -50,7 +52,7 @@ def test_the_postmaster_is_the_process_started_on_this_data_directory(
 ) -> None:
     data = tmp_path / "postgres"
     data.mkdir()
-    monkeypatch.setattr(stack, "DATA", tmp_path)
+    monkeypatch.setattr(pgserver, "DATA", tmp_path)
     sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
     other = subprocess.Popen(sleep)  # alive, but started on no data directory: a recycled pid
     postmaster = subprocess.Popen([*sleep, "-D", str(data)])  # argv as pg_ctl starts postgres
@@ -58,7 +60,7 @@ def test_the_postmaster_is_the_process_started_on_this_data_directory(
         for proc in (other, postmaster):
             (data / "postmaster.pid").write_text(f"{proc.pid}\n{data}\n1795691008\n15432\n")
             _wait_for_argv(proc)
-            assert stack.pg_pid() == (proc.pid if proc is postmaster else None)
+            assert pgserver.pg_pid() == (proc.pid if proc is postmaster else None)
     finally:
         for proc in (other, postmaster):
             proc.kill()
