@@ -59,8 +59,8 @@ writers of a table risk: docs/object-storage.md. The history table is shared (in
 Column types, and how a value goes into its column and comes back (``held``):
 ``delta_values``. Each table's log checkpoints are written beside the batches, not
 inside every tenth MERGE: ``delta_checkpoints``. The tables are made, altered and
-removed in ``delta_tables``, read in ``delta_reads`` (``held``, ``scan``, ``lookup``,
-``live``) and published in ``delta_publish``; the history table is written in ``delta_history``.
+removed in ``delta_tables``, written in ``delta_merge``, read in ``delta_reads`` (``held``,
+``scan``, ``lookup``, ``live``) and published in ``delta_publish``; the history table is written in ``delta_history``.
 """
 
 from __future__ import annotations
@@ -74,26 +74,22 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import DataFrame, SparkSession
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.config_runtime import DeltaSettings
 from cdcsync.errors import FatalError, RetryableError, mapped
-from cdcsync.sync.mapping import Row, fingerprint
+from cdcsync.sync.mapping import Row
 from cdcsync.sync.sink import Generations, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks import delta_load as load
+from cdcsync.sync.sinks import delta_merge as merge
 from cdcsync.sync.sinks import delta_reads as reads
 from cdcsync.sync.sinks import delta_tables as tables
 from cdcsync.sync.sinks import object_store
-from cdcsync.sync.sinks.delta_history import append_history
 from cdcsync.sync.sinks.delta_publish import publish_one
-from cdcsync.sync.sinks.delta_tables import META, Table, table_root
-from cdcsync.sync.sinks.delta_values import STRING, among, commit_ts, encode, frame, quote, spark_type
-from cdcsync.sync.sinks.delta_writers import each_table, one_writer
+from cdcsync.sync.sinks.delta_tables import Table, table_root
+from cdcsync.sync.sinks.delta_writers import each_table
 
 if TYPE_CHECKING:
     from cdcsync.sync.mapping import TableMapping
@@ -106,17 +102,7 @@ CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "Co
              "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT")  # fmt: skip
 
 
-# A spooled row with a history (delta_load): META, then what the history table keeps of its change.
-SPOOLED = T.StructType(META.fields + [T.StructField("_cdcsync_op", STRING), T.StructField("_cdcsync_doc", STRING)])
-
-
 STAGING = "__staging"
-
-# The MERGE's ON condition also names the batch's keys, a predicate on the table alone: its scans of the table read
-# only the Parquet pages that may hold one (docs/performance.md, "Delta: a MERGE that prunes by key"). Up to
-# PRUNE_KEYS keys (a batch at 1k changes/s holds a few thousand); a larger batch, a catch-up's, MERGEs without it.
-PRUNE_BY_KEY = True
-PRUNE_KEYS = 5000
 
 
 class DeltaSink:
@@ -274,7 +260,7 @@ class DeltaSink:
                     continue
             keyed[row.doc_id] = row
         targets = list(latest)
-        calls = [partial(self._write_target, self._tables[t], list(latest[t].values())) for t in targets]
+        calls = [partial(merge.write_target, self, self._tables[t], list(latest[t].values())) for t in targets]
         parts = each_table(calls, self.tables_at_once)
         for target, part in zip(targets, parts, strict=True):
             log.info(
@@ -338,76 +324,3 @@ class DeltaSink:
         if target not in self._tables:
             raise FatalError(f"sink {self.name}: target {target!r} was not opened")
         return self._tables[target]
-
-    def _write_target(self, table: Table, rows: list[Row]) -> WriteResult:
-        spool = self._spools.get(table.path)
-        if spool is not None:  # a file of its own: no turn to take
-            return self._spooled(table, spool, rows)
-        with one_writer(table.path):  # delta_writers: a reindex and the daemon take turns on the live table
-            return self._write_locked(table, rows)
-
-    def _encoded(
-        self, table: Table, rows: list[Row], result: WriteResult
-    ) -> tuple[list[tuple[Row, dict[str, Any]]], dict[str, str | None]]:
-        """Each row with its values encoded for their columns, and the columns they bring; the rest rejected."""
-        tables.drop_columns(self, table)
-        records: list[tuple[Row, dict[str, Any]]] = []
-        new: dict[str, str | None] = {}
-        for row in rows:
-            try:
-                values = {n: encode(table.kinds.get(n, table.learned.get(n)), v, n) for n, v in (row.doc or {}).items()}
-            except (ValueError, TypeError, ArithmeticError) as err:
-                result.rejected.append((row, str(err)))
-                continue
-            new.update({n: table.learned.get(n) for n in values if n not in table.kinds})
-            records.append((row, values))
-        return records, new
-
-    def _spooled(self, table: Table, spool: load.Spool, rows: list[Row]) -> WriteResult:
-        """A staged table's rows into its spool, one file: all applied for now; the publish keeps the newest."""
-        result = WriteResult()
-        records, new = self._encoded(table, rows, result)
-        table.kinds.update(new)  # the spool's files carry their columns; the load writes the table's schema
-        if records:
-            names = list(table.kinds)
-            with self._errors(f"spooling into {spool.where}"):
-                spool.add(SPOOLED if self.history else META, {n: table.kinds[n] for n in names}, table.dropped, [
-                    (*self._meta(row, self.history), *(values.get(n) for n in names)) for row, values in records
-                ])  # fmt: skip
-        result.applied = len(records)
-        return result
-
-    @staticmethod
-    def _meta(row: Row, history: bool) -> tuple[Any, ...]:
-        meta = (row.doc_id, row.version, row.doc is None, commit_ts(row))
-        return (*meta, row.change.op, None if row.doc is None else fingerprint(row.doc)) if history else meta
-
-    def _write_locked(self, table: Table, rows: list[Row]) -> WriteResult:
-        result = WriteResult()
-        records, new = self._encoded(table, rows, result)
-        if not records:
-            return result
-        tables.add_columns(self, table, new)
-        names = list(table.kinds)
-        schema = T.StructType(META.fields + [T.StructField(n, spark_type(table.kinds[n])) for n in names])
-        data = [(*self._meta(row, False), *(values.get(n) for n in names)) for row, values in records]
-        every: dict[str, str | Column] = {quote(n): f"s.{quote(n)}" for n in schema.fieldNames()}
-        guard = "s._cdcsync_version > t._cdcsync_version"
-        with self._errors(f"merging into {table.path}"):
-            source = frame(self._spark, data, schema)
-            same = "t._cdcsync_id = s._cdcsync_id"
-            on: str | Column = same
-            if PRUNE_BY_KEY and len(data) <= PRUNE_KEYS:  # the same rows match: every source key is among them
-                on = F.expr(same) & among("t._cdcsync_id", [row[0] for row in data])
-            merge = DeltaTable.forPath(self._spark, table.path).alias("t").merge(source.alias("s"), on)
-            if self.soft_delete:  # keep the last data, record the delete
-                meta: dict[str, str | Column] = {n: f"s.{n}" for n in META.fieldNames()}
-                merge = merge.whenMatchedUpdate(condition=f"{guard} AND s._cdcsync_deleted", set=meta)
-            merge = merge.whenMatchedUpdate(condition=guard, set=every).whenNotMatchedInsert(values=every)
-            metrics = merge.execute().collect()[0]
-            self._checkpoints.committed(table.path)
-            if self.history:
-                append_history(self, table, records)
-        result.applied = int(metrics["num_inserted_rows"]) + int(metrics["num_updated_rows"])
-        result.older = len(records) - result.applied
-        return result

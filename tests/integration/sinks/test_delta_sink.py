@@ -655,7 +655,7 @@ def test_a_merge_pruned_by_key_lands_what_the_plain_merge_does(
     written again), with odd keys among plain ones, go to a table MERGEd with the predicate and to one
     MERGEd without: the same rows, delete markers and versions, and the same counts.
     """
-    from cdcsync.sync.sinks import delta as delta_sink
+    from cdcsync.sync.sinks import delta_merge as delta_sink
 
     keys = ODD_KEYS + [f"k{i}" for i in range(150)]
     batches = [

@@ -1,0 +1,119 @@
+"""The Delta sink's writes of one table's rows: encoded for their columns, then MERGEd, or spooled if staged.
+
+A live table gets one version-guarded MERGE (``merged``): update when the
+incoming version is higher, insert an unknown id, keep the last data of a
+delete with ``soft_delete``. A staged table's rows go to a Parquet file of its
+spool (``spooled``), which its publish loads (``delta_load``). Rows whose
+values do not fit their columns are rejected before either (``encoded``).
+Each function takes the sink whose tables and session it writes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdcsync.sync.mapping import Row, fingerprint
+from cdcsync.sync.sink import WriteResult
+from cdcsync.sync.sinks import delta_load as load
+from cdcsync.sync.sinks import delta_tables as tables
+from cdcsync.sync.sinks.delta_history import append_history
+from cdcsync.sync.sinks.delta_tables import META, Table
+from cdcsync.sync.sinks.delta_values import STRING, among, commit_ts, encode, frame, quote, spark_type
+from cdcsync.sync.sinks.delta_writers import one_writer
+
+if TYPE_CHECKING:
+    from cdcsync.sync.sinks.delta import DeltaSink
+
+# A spooled row with a history (delta_load): META, then what the history table keeps of its change.
+SPOOLED = T.StructType(META.fields + [T.StructField("_cdcsync_op", STRING), T.StructField("_cdcsync_doc", STRING)])
+
+# The MERGE's ON condition also names the batch's keys, a predicate on the table alone: its scans of the table read
+# only the Parquet pages that may hold one (docs/performance.md, "Delta: a MERGE that prunes by key"). Up to
+# PRUNE_KEYS keys (a batch at 1k changes/s holds a few thousand); a larger batch, a catch-up's, MERGEs without it.
+PRUNE_BY_KEY = True
+PRUNE_KEYS = 5000
+
+
+def write_target(sink: DeltaSink, table: Table, rows: list[Row]) -> WriteResult:
+    """One table's rows of a batch (one row per id): spooled if the table is staged, else MERGEd in its turn."""
+    spool = sink._spools.get(table.path)
+    if spool is not None:  # a file of its own: no turn to take
+        return spooled(sink, table, spool, rows)
+    with one_writer(table.path):  # delta_writers: a reindex and the daemon take turns on the live table
+        return merged(sink, table, rows)
+
+
+def encoded(
+    sink: DeltaSink, table: Table, rows: list[Row], result: WriteResult
+) -> tuple[list[tuple[Row, dict[str, Any]]], dict[str, str | None]]:
+    """Each row with its values encoded for their columns, and the columns they bring; the rest rejected."""
+    tables.drop_columns(sink, table)
+    records: list[tuple[Row, dict[str, Any]]] = []
+    new: dict[str, str | None] = {}
+    for row in rows:
+        try:
+            values = {n: encode(table.kinds.get(n, table.learned.get(n)), v, n) for n, v in (row.doc or {}).items()}
+        except (ValueError, TypeError, ArithmeticError) as err:
+            result.rejected.append((row, str(err)))
+            continue
+        new.update({n: table.learned.get(n) for n in values if n not in table.kinds})
+        records.append((row, values))
+    return records, new
+
+
+def spooled(sink: DeltaSink, table: Table, spool: load.Spool, rows: list[Row]) -> WriteResult:
+    """A staged table's rows into its spool, one file: all applied for now; the publish keeps the newest."""
+    result = WriteResult()
+    records, new = encoded(sink, table, rows, result)
+    table.kinds.update(new)  # the spool's files carry their columns; the load writes the table's schema
+    if records:
+        names = list(table.kinds)
+        with sink._errors(f"spooling into {spool.where}"):
+            spool.add(SPOOLED if sink.history else META, {n: table.kinds[n] for n in names}, table.dropped, [
+                (*meta(row, sink.history), *(values.get(n) for n in names)) for row, values in records
+            ])  # fmt: skip
+    result.applied = len(records)
+    return result
+
+
+def meta(row: Row, history: bool) -> tuple[Any, ...]:
+    """A row's META columns (and, with a history, its change's op and document) in their order."""
+    columns = (row.doc_id, row.version, row.doc is None, commit_ts(row))
+    return (*columns, row.change.op, None if row.doc is None else fingerprint(row.doc)) if history else columns
+
+
+def merged(sink: DeltaSink, table: Table, rows: list[Row]) -> WriteResult:
+    """One version-guarded MERGE of the rows into the live table (its turn taken), and their history."""
+    result = WriteResult()
+    records, new = encoded(sink, table, rows, result)
+    if not records:
+        return result
+    tables.add_columns(sink, table, new)
+    names = list(table.kinds)
+    schema = T.StructType(META.fields + [T.StructField(n, spark_type(table.kinds[n])) for n in names])
+    data = [(*meta(row, False), *(values.get(n) for n in names)) for row, values in records]
+    every: dict[str, str | Column] = {quote(n): f"s.{quote(n)}" for n in schema.fieldNames()}
+    guard = "s._cdcsync_version > t._cdcsync_version"
+    with sink._errors(f"merging into {table.path}"):
+        source = frame(sink._spark, data, schema)
+        same = "t._cdcsync_id = s._cdcsync_id"
+        on: str | Column = same
+        if PRUNE_BY_KEY and len(data) <= PRUNE_KEYS:  # the same rows match: every source key is among them
+            on = F.expr(same) & among("t._cdcsync_id", [row[0] for row in data])
+        merge = DeltaTable.forPath(sink._spark, table.path).alias("t").merge(source.alias("s"), on)
+        if sink.soft_delete:  # keep the last data, record the delete
+            kept: dict[str, str | Column] = {n: f"s.{n}" for n in META.fieldNames()}
+            merge = merge.whenMatchedUpdate(condition=f"{guard} AND s._cdcsync_deleted", set=kept)
+        merge = merge.whenMatchedUpdate(condition=guard, set=every).whenNotMatchedInsert(values=every)
+        metrics = merge.execute().collect()[0]
+        sink._checkpoints.committed(table.path)
+        if sink.history:
+            append_history(sink, table, records)
+    result.applied = int(metrics["num_inserted_rows"]) + int(metrics["num_updated_rows"])
+    result.older = len(records) - result.applied
+    return result
