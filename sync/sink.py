@@ -48,7 +48,9 @@ must uphold, on its own server and for every key:
 
 Members the follower calls, in order: ``open(mappings)`` once,
 ``write(batch_id, rows)`` per micro-batch, ``close()`` at shutdown; ``verify``
-calls ``held(target)`` and ``stored_form(doc)``.
+calls ``scan(target)``, ``lookup(target, ids)`` and ``stored_form(doc)``. A sink
+that can digest its rows where they are stored is also ``Digesting``, and
+``verify`` reads those digests instead of the rows.
 
 **Generations** (bootstrap and reindex, ``snapshot/``): ``stage(mappings)``
 instead of ``open`` builds a new generation of each target that readers cannot
@@ -88,10 +90,10 @@ member                     contract
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from cdcsync.sync.mapping import Row, TableMapping
@@ -229,3 +231,15 @@ def redact_url(url: str) -> str:
         return url
     userinfo, _, host = parts.netloc.rpartition("@")
     return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
+
+
+@runtime_checkable
+class Digesting(Protocol):
+    """A sink that digests its rows where they are read (the warehouse: on Spark's executors)."""
+
+    def digests(self, target: str, digest: Callable[[dict[str, Any]], bytes]) -> Iterator[tuple[str, bytes]]:
+        """Every live row of ``target`` as ``(id, digest(doc in stored form))``: ``scan``'s rows, digested.
+
+        ``digest`` must pickle by reference (a module's function): it runs in other processes.
+        """
+        ...

@@ -43,14 +43,14 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.errors import ConfigError
 from cdcsync.sync.catalog import mappings_for, source_pages, source_rows, table_bytes
 from cdcsync.sync.keys import readable, rows_of
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint_bytes
-from cdcsync.sync.sink import Sink, batched
+from cdcsync.sync.sink import Digesting, Sink, batched
 from cdcsync.sync.sinks import sink_class
 from cdcsync.sync.verify_process import PROCESS_BYTES, pairs_from_process
 from cdcsync.sync.verify_recheck import PAUSES_S as PAUSES_S  # verify's parts, re-exported
@@ -132,9 +132,8 @@ def store_pairs(sink: Sink, target: str, pace: float | None) -> Iterator[tuple[s
     unless the pass is paced: a paced pass reads a row at a time, so that it never takes the executors
     from the followers for a partition's worth of work at once.
     """
-    digests = getattr(sink, "digests", None)
-    if pace is None and digests is not None:
-        return cast(Iterator[tuple[str, bytes]], digests(target, digest))
+    if pace is None and isinstance(sink, Digesting):
+        return sink.digests(target, digest)
     return ((ident, digest(doc)) for ident, _version, doc in paced(sink.scan(target), pace))
 
 

@@ -69,3 +69,28 @@ def test_parts_too_large_are_split_again_and_every_difference_is_still_found_onc
     assert report.missing_count == 299 and report.missing[:3] == ["k0", "k1", "k10"]
     assert report.extra_count == 40 and report.extra == sorted(f"x{i}" for i in range(40))
     assert report.stale_count == 10 and report.stale == sorted(f"k{i}" for i in range(1990, 2000))
+
+
+class _Scanned:
+    """A store read row by row (Elasticsearch's, Redis's way): plain data."""
+
+    def __init__(self, rows: dict[str, dict[str, object]]) -> None:
+        self.rows = rows
+
+    def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, object]]]:
+        return ((ident, 1, doc) for ident, doc in self.rows.items())
+
+
+class _Digested(_Scanned):
+    """A store that digests its rows where they are (the warehouse's way)."""
+
+    def digests(self, target: str, digest: object) -> Iterator[tuple[str, bytes]]:
+        return ((ident, b"digested " + ident.encode()) for ident in self.rows)
+
+
+def test_a_store_that_digests_its_rows_is_read_as_digests_unless_the_pass_is_paced() -> None:
+    rows: dict[str, dict[str, object]] = {"1": {"a": 1}, "2": {"a": None, "b": "x"}}
+    scanned = [(ident, verify.digest(doc)) for ident, doc in rows.items()]
+    assert list(verify.store_pairs(_Scanned(rows), "t", None)) == scanned
+    assert list(verify.store_pairs(_Digested(rows), "t", None)) == [("1", b"digested 1"), ("2", b"digested 2")]
+    assert list(verify.store_pairs(_Digested(rows), "t", 1e6)) == scanned
