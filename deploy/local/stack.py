@@ -4,9 +4,9 @@
 Standard library only, so it runs before the project's virtualenv exists.
 ``install.sh`` puts the binaries in place (Debian packages, jars resolved by
 Maven); this script says how each component starts and when it is healthy,
-``processes.py`` how any of them is spawned, found and stopped,
-``pgserver.py`` how Postgres (started by ``pg_ctl``) is, and ``configs.py``
-what each is configured with:
+``processes.py`` how any of them is spawned, found and stopped (Postgres,
+which ``pg_ctl`` starts: ``pgserver.py``), and ``configs.py`` what each is
+configured with:
 
     stack.py up [COMPONENT...]      start what is not running, wait until healthy
     stack.py down [COMPONENT...]    stop exactly the processes it started
@@ -22,7 +22,6 @@ come up in time fails ``up`` with exit 1, naming it and the path of its log.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # configs.py and processes.py beside this file, however this file was loaded
+if str(HERE) not in sys.path:  # the modules beside this file, however this file was loaded
     sys.path.insert(0, str(HERE))
 import configs  # noqa: E402
 from pgserver import pg_pid, pg_start, pg_stop  # noqa: E402

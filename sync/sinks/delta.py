@@ -59,8 +59,9 @@ writers of a table risk: docs/object-storage.md. The history table is shared (in
 Column types, and how a value goes into its column and comes back (``held``):
 ``delta_values``. Each table's log checkpoints are written beside the batches, not
 inside every tenth MERGE: ``delta_checkpoints``. The tables are made, altered and
-removed in ``delta_tables``, written in ``delta_merge``, read in ``delta_reads`` (``held``,
-``scan``, ``lookup``, ``live``) and published in ``delta_publish``; the history table is written in ``delta_history``.
+removed in ``delta_tables``, written in ``delta_merge``, read in ``delta_reads``
+(``held``, ``scan``, ``lookup``, ``live``) and published in ``delta_publish``; the
+history table is written in ``delta_history``.
 """
 
 from __future__ import annotations
