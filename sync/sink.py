@@ -50,7 +50,8 @@ Members the follower calls, in order: ``open(mappings)`` once,
 ``write(batch_id, rows)`` per micro-batch, ``close()`` at shutdown; ``verify``
 calls ``scan(target)``, ``lookup(target, ids)`` and ``stored_form(doc)``. A sink
 that can digest its rows where they are stored is also ``Digesting``, and
-``verify`` reads those digests instead of the rows.
+``verify`` reads those digests instead of the rows, or compares sums of ranges
+of them first (``sync.verify_ranges``).
 
 **Generations** (bootstrap and reindex, ``snapshot/``): ``stage(mappings)``
 instead of ``open`` builds a new generation of each target that readers cannot
@@ -235,11 +236,23 @@ def redact_url(url: str) -> str:
 
 @runtime_checkable
 class Digesting(Protocol):
-    """A sink that digests its rows where they are read (the warehouse: on Spark's executors)."""
+    """A sink that digests its rows where they are read (the warehouse: on Spark's executors), and sums them by
+    ranges of keys there (``sync.verify_ranges``)."""
 
-    def digests(self, target: str, digest: Callable[[dict[str, Any]], bytes]) -> Iterator[tuple[str, bytes]]:
-        """Every live row of ``target`` as ``(id, digest(doc in stored form))``: ``scan``'s rows, digested.
+    def digests(
+        self, target: str, digest: Callable[[dict[str, Any]], bytes], where: str | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        """Every live row of ``target`` as ``(id, digest(doc in stored form))``: ``scan``'s rows, digested;
+        ``where``: only those its Spark SQL condition holds for.
 
         ``digest`` must pickle by reference (a module's function): it runs in other processes.
         """
+        ...
+
+    def kinds(self, target: str) -> dict[str, str | None]:
+        """The target's data columns and the kind each holds."""
+        ...
+
+    def sums(self, target: str, bucket: str, hashed: str, aggregates: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The live rows grouped by Spark SQL ``bucket`` (named ``b``, ``hashed`` named ``h``): ``(b, *aggregates)``."""
         ...

@@ -286,9 +286,19 @@ class DeltaSink:
         """Every live row, one Spark partition at a time: ``(doc_id, version, doc in stored form)`` (``reads.scan``)."""
         yield from reads.scan(self, target)
 
-    def digests(self, target: str, digest: Callable[[dict[str, Any]], bytes]) -> Iterator[tuple[str, bytes]]:
+    def digests(
+        self, target: str, digest: Callable[[dict[str, Any]], bytes], where: str | None = None
+    ) -> Iterator[tuple[str, bytes]]:
         """Every live row's id and ``digest`` of its stored form, computed on the executors (``reads.digests``)."""
-        yield from reads.digests(self, target, digest)
+        yield from reads.digests(self, target, digest, where)
+
+    def kinds(self, target: str) -> dict[str, str | None]:
+        """The target table's data columns and their kinds."""
+        return dict(self._table(target).kinds)
+
+    def sums(self, target: str, bucket: str, hashed: str, aggregates: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The live rows' ``aggregates`` by ``bucket``, computed on the executors (``reads.sums``)."""
+        return reads.sums(self, target, bucket, hashed, aggregates)
 
     def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """The live rows of these ids, ``reads.LOOKUP_IDS`` ids a query: ``(doc_id, version, doc in stored form)``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -55,8 +55,11 @@ def scan(sink: DeltaSink, target: str) -> Iterator[tuple[str, int, dict[str, Any
     yield from _planned_again(sink, table.path, rows)
 
 
-def digests(sink: DeltaSink, target: str, digest: Callable[[dict[str, Any]], bytes]) -> Iterator[tuple[str, bytes]]:
-    """Every live row's id and ``digest`` of its stored form, computed by Spark's Python workers.
+def digests(
+    sink: DeltaSink, target: str, digest: Callable[[dict[str, Any]], bytes], where: str | None = None
+) -> Iterator[tuple[str, bytes]]:
+    """Every live row's id (those matching Spark SQL ``where``) and ``digest`` of its stored form, computed by
+    Spark's Python workers.
 
     ``verify``'s store side: ``scan`` turns each row into Python objects in
     the driver, as a pickled ``Row`` of every column (~14 us a row), and a
@@ -81,11 +84,21 @@ def digests(sink: DeltaSink, target: str, digest: Callable[[dict[str, Any]], byt
             yield pa.RecordBatch.from_pydict({"pairs": [pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL)]})
 
     def pairs() -> Iterator[tuple[str, bytes]]:
-        read = sink.live(target).select("_cdcsync_id", *columns).mapInArrow(digested, "pairs binary")
+        rows = sink.live(target) if where is None else sink.live(target).where(where)
+        read = rows.select("_cdcsync_id", *columns).mapInArrow(digested, "pairs binary")
         for row in read.toLocalIterator(prefetchPartitions=True):
             yield from pickle.loads(row[0])
 
     yield from _planned_again(sink, table.path, pairs)
+
+
+def sums(sink: DeltaSink, target: str, bucket: str, hashed: str, aggregates: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The live rows grouped by Spark SQL ``bucket`` (as ``b``, with ``hashed`` as ``h``): ``(b, *aggregates)``
+    each, computed by the JVM on the executors (``sync.verify_ranges``)."""
+    table = sink._table(target)
+    grouped = sink.live(target).selectExpr(f"{bucket} AS b", f"{hashed} AS h").groupBy("b")
+    summed = grouped.agg(*(F.expr(aggregate) for aggregate in aggregates))
+    return list(_planned_again(sink, table.path, lambda: iter([tuple(row) for row in summed.collect()])))
 
 
 def _planned_again(sink: DeltaSink, path: str, read: Callable[[], Iterator[T]]) -> Iterator[T]:
