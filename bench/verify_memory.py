@@ -12,6 +12,9 @@ the verify's processes, sampled every 0.2 s: a large table's source side
 has a process of its own) and its seconds are printed, with the ratios to
 the first size's in the same run: memory that stays put while the rows
 grow is what ``sync.verify`` promises; the time should grow with the rows.
+The warehouse is verified twice per table: as ``verify`` chooses (range
+checksums, ``sync.verify_ranges``) and ``--by-row``, the baseline of the
+same run (``--by-row-only``: only that).
 Not a pass/fail test.
 Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache,warehouse] [--row-kb 0] [--json]
 """
@@ -47,15 +50,22 @@ def main() -> None:
         "--sinks", default="search", help="followers: search (Elasticsearch), cache (Redis), warehouse (Delta)"
     )
     parser.add_argument("--row-kb", type=int, default=0, help="KB of random text in each row besides (0: narrow)")
+    parser.add_argument(
+        "--by-row-only", action="store_true", help="the warehouse compared by row only, not also by range checksums"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = parser.parse_args()
     sizes = [int(n) for n in args.rows.split(",")]
     results = []
     for sink in args.sinks.split(","):
-        results += ratios([measure(rows, sink, args.row_kb) for rows in sizes])
+        ways = ["ranges", "by row"] if sink == "warehouse" and not args.by_row_only else ["by row"]
+        measured = [r for rows in sizes for r in measure(rows, sink, args.row_kb, ways)]
+        for way in ways:
+            results += ratios([r for r in measured if r["way"] == way])
     for r in results:
         say(
-            f"verify {r['sink']:<6} {r['rows']:>10,} rows of {r['row_kb']} KB more: {r['seconds']:7.1f} s "
+            f"verify {r['sink']:<6} {r['way']:<6} {r['rows']:>10,} rows of {r['row_kb']} KB more: "
+            f"{r['seconds']:7.1f} s "
             f"({r['rows_per_s']:,.0f} rows/s), "
             f"peak RSS {r['peak_rss_mib']:,.0f} MiB; against {r['first_rows']:,} rows: rows x{r['rows_ratio']}, "
             f"time x{r['seconds_ratio']}, memory x{r['rss_ratio']}; clean={r['clean']}"
@@ -75,33 +85,41 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return results
 
 
-def measure(rows: int, sink: str = "search", row_kb: int = 0) -> dict[str, Any]:
+def measure(rows: int, sink: str = "search", row_kb: int = 0, ways: list[str] | None = None) -> list[dict[str, Any]]:
+    """One table of ``rows`` rows, verified each of ``ways`` (``ranges``: as ``verify`` chooses; ``by row``:
+    ``verify --by-row``)."""
     with narrow_table(rows, sink, row_kb) as (config_path, _config):
-        say(f"{rows:,} rows: cdcsync verify ...")
-        started = time.monotonic()
-        verify = subprocess.Popen(
-            [sys.executable, "-m", "cdcsync", "--config", str(config_path), "verify", "--json"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        peak = [0]
-        sampler = threading.Thread(target=_sample_rss, args=(verify, peak), daemon=True)
-        sampler.start()
-        out = verify.stdout.read() if verify.stdout else b""
-        code = verify.wait()  # Popen.wait, as the sampler polls: os.wait4 here raced its poll for the exit status
-        seconds = time.monotonic() - started
-        sampler.join()
-        report = json.loads(out)
-        return {
-            "sink": sink,
-            "rows": rows,
-            "row_kb": row_kb,
-            "seconds": round(seconds, 1),
-            "rows_per_s": round(rows / seconds),
-            # Sampled, not ru_maxrss: Linux keeps in it the RSS of the forked copy of this process that exec'd it.
-            "peak_rss_mib": round(peak[0] / 2**20),
-            "clean": code == 0 and all(r["clean"] for r in report),
-        }
+        return [_verified(config_path, rows, sink, row_kb, way) for way in ways or ["by row"]]
+
+
+def _verified(config_path: Path, rows: int, sink: str, row_kb: int, way: str) -> dict[str, Any]:
+    say(f"{rows:,} rows: cdcsync verify ({way}) ...")
+    started = time.monotonic()
+    verify = subprocess.Popen(
+        [sys.executable, "-m", "cdcsync", "--config", str(config_path), "verify", "--json"]
+        + (["--by-row"] if way == "by row" else []),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    peak = [0]
+    sampler = threading.Thread(target=_sample_rss, args=(verify, peak), daemon=True)
+    sampler.start()
+    out = verify.stdout.read() if verify.stdout else b""
+    code = verify.wait()  # Popen.wait, as the sampler polls: os.wait4 here raced its poll for the exit status
+    seconds = time.monotonic() - started
+    sampler.join()
+    report = json.loads(out)
+    return {
+        "sink": sink,
+        "way": way,
+        "rows": rows,
+        "row_kb": row_kb,
+        "seconds": round(seconds, 1),
+        "rows_per_s": round(rows / seconds),
+        # Sampled, not ru_maxrss: Linux keeps in it the RSS of the forked copy of this process that exec'd it.
+        "peak_rss_mib": round(peak[0] / 2**20),
+        "clean": code == 0 and all(r["clean"] for r in report),
+    }
 
 
 def _sample_rss(process: subprocess.Popen[bytes], peak: list[int]) -> None:

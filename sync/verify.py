@@ -27,11 +27,14 @@ A row that differs is looked at again by id a few times over ~15 s
 during the pass, is not divergence (docs/followers.md, "Rows in flight").
 Every differing id is looked at, ``LISTED`` at a time, from a file of them.
 
+A warehouse table of covered types is compared by ranges of keys first,
+each side summing its rows' hashes where it is stored; only the ranges that
+differ go through the above (``ranged_pairs``, ``sync.verify_ranges``).
+
 Alternatives: a key-ordered merge of two sorted reads needs both sides
 sorted alike, which Elasticsearch (no sort on ``_id``) and Redis (SCAN
-order) cannot give; range checksums with bisection need a store that can
-checksum a key range, which only the
-warehouse can.
+order) cannot give; range checksums need a store that can checksum a key
+range, which only the warehouse can.
 """
 
 from __future__ import annotations
@@ -74,12 +77,14 @@ def verify_follower(
     pauses: Sequence[float] = PAUSES_S,
     pace: float | None = None,
     progress: Callable[[str], None] | None = None,
+    ranged: bool = True,
 ) -> list[TableReport]:
     """Each followed table (``only`` that one, ``source.namespace.table``) compared, its moved rows re-checked.
 
     ``pace``: rows per second read on each side at most (the daemon's background pass), the source then
     read a page per query in key order (``source_pages``), never in one long transaction. ``progress`` gets a
-    line about every ``PROGRESS_S`` seconds while a side is read.
+    line about every ``PROGRESS_S`` seconds while a side is read. ``ranged``: a table the store can sum by
+    ranges of keys is compared so first (``ranged_pairs``); False: row by row, whatever the table.
     """
     followed = [f"{source.name}.{table}" for source, table in config.followed_tables(follower)]
     if only is not None and only not in followed:
@@ -94,7 +99,7 @@ def verify_follower(
             continue
         what = f"{report.table}: source"
         sides = None
-        if pace is None and isinstance(sink, Digesting):
+        if ranged and pace is None and isinstance(sink, Digesting):
             sides = ranged_pairs(source, table, mapping, sink, report, progress)
         if sides is not None:
             expected, held = sides

@@ -10,7 +10,7 @@ timestamps and dates, nulls), quoted mixed-case names and negative keys.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from cdcsync.sync.verify import verify_follower
 from tests.support import execute, uid
 
 ROWS = 3000
-TEXTS = ["", "a,b:c~d", "ünïcødé 😀", "it's \"quoted\"", "back\\slash", "line\nbreak\ttab", "~", "12:", "-", "x" * 3000]
+TEXTS = ["", "a,b:c~d", "ünïcødé 😀", 'it\'s "quoted"', "back\\slash", "line\nbreak\ttab", "~", "12:", "-", "x" * 3000]
 INFINITE = (41, 42, 43, 44)  # rows whose timestamp or date is infinite: their texts differ on purpose
 PLANTED = {"missing": ["7"], "extra": ["-100", "99999"], "stale": ["10", "12", "13", "8", "9"]}
 
@@ -52,8 +52,9 @@ def filled(tmp_path: Path, spark: Any) -> Iterator[tuple[Config, str]]:
         "postgres",
         f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, "Small" smallint, n integer, big bigint, "Note" text,'
         f' label varchar(40), ok boolean, ref uuid, "Seen At" timestamptz, plain timestamp, day date)',
-        f'INSERT INTO "{table}" SELECT g, CASE WHEN g % 4 = 0 THEN 32767 WHEN g % 4 = 1 THEN -32768 ELSE g END, CASE WHEN g % 2 = 0 THEN 2147483647 ELSE -2147483648'
-        f" END, CASE WHEN g % 3 = 0 THEN 9223372036854775807 ELSE -9223372036854775808 + (g + 3) END,"
+        f'INSERT INTO "{table}" SELECT g, CASE WHEN g % 4 = 0 THEN 32767 WHEN g % 4 = 1 THEN -32768 ELSE g END,'
+        f" CASE WHEN g % 2 = 0 THEN 2147483647 ELSE -2147483648 END,"
+        f" CASE WHEN g % 3 = 0 THEN 9223372036854775807 ELSE -9223372036854775808 + (g + 3) END,"
         f" CASE WHEN g % 11 = 0 THEN NULL ELSE ({texts})[1 + g % {len(TEXTS)}] || g END,"
         f" CASE WHEN g % 7 = 0 THEN NULL ELSE 'label ' || g END, CASE WHEN g % 5 = 0 THEN NULL ELSE g % 2 = 0 END,"
         f" md5(g::text)::uuid, timestamptz '2026-03-29 01:30:00.000001+02' + g * interval '1 second 1 microsecond',"
@@ -77,7 +78,7 @@ def filled(tmp_path: Path, spark: Any) -> Iterator[tuple[Config, str]]:
         execute("postgres", f'DROP TABLE IF EXISTS "{table}"')
 
 
-def _write(config: Config, spark: Any, changes: Any, extra: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+def _write(config: Config, spark: Any, changes: Any, extra: Sequence[dict[str, Any]] = ()) -> None:
     """Write ``changes(row, mapping, doc)`` -> [(doc or None, version)] for each source row, and ``extra``."""
     follower = config.followers[0]
     source = config.sources[0]
@@ -134,7 +135,8 @@ def test_a_planted_divergence_is_found_as_the_row_path_finds_it(
         }
         return [(changed[row["id"]](), 2)] if row["id"] in changed else []
 
-    extra = [{"id": i, "Note": "gone from the source"} for i in (-100, 99_999)]  # before the first range, after the last
+    # before the first range and after the last
+    extra = [{"id": i, "Note": "gone from the source"} for i in (-100, 99_999)]
     _write(config, spark, planted, extra)
     found = {}
     for way in ("ranges", "rows"):
@@ -155,5 +157,5 @@ def test_a_table_of_an_uncovered_type_takes_the_row_path(filled: tuple[Config, s
     execute("postgres", f'ALTER TABLE "{table}" ADD COLUMN price numeric')
     follower, source = config.followers[0], config.sources[0]
     mapping = next(iter(mappings_for(config, follower).values()))
-    kinds = {**{name: kind for name, kind in mapping.fields().values()}}
+    kinds = dict(mapping.fields().values())
     assert ranges.plan(source, source.tables[0], mapping, kinds) is None
