@@ -84,8 +84,14 @@ class _Scanned:
 class _Digested(_Scanned):
     """A store that digests its rows where they are (the warehouse's way)."""
 
-    def digests(self, target: str, digest: object) -> Iterator[tuple[str, bytes]]:
+    def digests(self, target: str, digest: object, where: str | None = None) -> Iterator[tuple[str, bytes]]:
         return ((ident, b"digested " + ident.encode()) for ident in self.rows)
+
+    def kinds(self, target: str) -> dict[str, str | None]:
+        return {"a": "int", "b": "text"}
+
+    def sums(self, target: str, bucket: str, hashed: str, aggregates: object) -> list[tuple[object, ...]]:
+        return []
 
 
 def test_a_store_that_digests_its_rows_is_read_as_digests_unless_the_pass_is_paced() -> None:
