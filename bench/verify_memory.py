@@ -16,7 +16,8 @@ The warehouse is verified twice per table: as ``verify`` chooses (range
 checksums, ``sync.verify_ranges``) and ``--by-row``, the baseline of the
 same run (``--by-row-only``: only that).
 Not a pass/fail test.
-Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache,warehouse] [--row-kb 0] [--json]
+Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache,warehouse] [--row-kb 0]
+[--stale 0] [--by-row-only] [--json]
 """
 
 from __future__ import annotations
@@ -53,22 +54,25 @@ def main() -> None:
     parser.add_argument(
         "--by-row-only", action="store_true", help="the warehouse compared by row only, not also by range checksums"
     )
+    parser.add_argument(
+        "--stale", type=int, default=0, help="rows changed in the source only, spread over the table (0: none)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = parser.parse_args()
     sizes = [int(n) for n in args.rows.split(",")]
     results = []
     for sink in args.sinks.split(","):
         ways = ["ranges", "by row"] if sink == "warehouse" and not args.by_row_only else ["by row"]
-        measured = [r for rows in sizes for r in measure(rows, sink, args.row_kb, ways)]
+        measured = [r for rows in sizes for r in measure(rows, sink, args.row_kb, ways, args.stale)]
         for way in ways:
             results += ratios([r for r in measured if r["way"] == way])
     for r in results:
         say(
-            f"verify {r['sink']:<6} {r['way']:<6} {r['rows']:>10,} rows of {r['row_kb']} KB more: "
+            f"verify {r['sink']:<6} {r['way']:<6} {r['rows']:>10,} rows of {r['row_kb']} KB more, {r['stale']} stale: "
             f"{r['seconds']:7.1f} s "
             f"({r['rows_per_s']:,.0f} rows/s), "
             f"peak RSS {r['peak_rss_mib']:,.0f} MiB; against {r['first_rows']:,} rows: rows x{r['rows_ratio']}, "
-            f"time x{r['seconds_ratio']}, memory x{r['rss_ratio']}; clean={r['clean']}"
+            f"time x{r['seconds_ratio']}, memory x{r['rss_ratio']}; clean={r['clean']}, stale found {r['found_stale']}"
         )
     if args.json:
         print(json.dumps(results, indent=2))
@@ -85,14 +89,25 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return results
 
 
-def measure(rows: int, sink: str = "search", row_kb: int = 0, ways: list[str] | None = None) -> list[dict[str, Any]]:
+def measure(
+    rows: int, sink: str = "search", row_kb: int = 0, ways: list[str] | None = None, stale: int = 0
+) -> list[dict[str, Any]]:
     """One table of ``rows`` rows, verified each of ``ways`` (``ranges``: as ``verify`` chooses; ``by row``:
-    ``verify --by-row``)."""
-    with narrow_table(rows, sink, row_kb) as (config_path, _config):
-        return [_verified(config_path, rows, sink, row_kb, way) for way in ways or ["by row"]]
+    ``verify --by-row``); ``stale``: that many rows, scattered over the table, changed in the source only first."""
+    with narrow_table(rows, sink, row_kb) as (config_path, config):
+        if stale:
+            from cdcsync.db import connect_postgres
+
+            with connect_postgres(config.sources[0], autocommit=True) as pg:
+                step = max(1, rows // stale)
+                pg.execute(
+                    f"UPDATE {config.sources[0].tables[0].table} SET n = n + 1"
+                    f" WHERE id IN (SELECT 1 + k * {step} FROM generate_series(0, {stale - 1}) k)"
+                )
+        return [_verified(config_path, rows, sink, row_kb, way, stale) for way in ways or ["by row"]]
 
 
-def _verified(config_path: Path, rows: int, sink: str, row_kb: int, way: str) -> dict[str, Any]:
+def _verified(config_path: Path, rows: int, sink: str, row_kb: int, way: str, stale: int = 0) -> dict[str, Any]:
     say(f"{rows:,} rows: cdcsync verify ({way}) ...")
     started = time.monotonic()
     verify = subprocess.Popen(
@@ -114,11 +129,13 @@ def _verified(config_path: Path, rows: int, sink: str, row_kb: int, way: str) ->
         "way": way,
         "rows": rows,
         "row_kb": row_kb,
+        "stale": stale,
         "seconds": round(seconds, 1),
         "rows_per_s": round(rows / seconds),
         # Sampled, not ru_maxrss: Linux keeps in it the RSS of the forked copy of this process that exec'd it.
         "peak_rss_mib": round(peak[0] / 2**20),
         "clean": code == 0 and all(r["clean"] for r in report),
+        "found_stale": sum(r["stale_count"] for r in report),
     }
 
 

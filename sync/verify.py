@@ -155,7 +155,7 @@ def ranged_pairs(
             f"{report.table}: {len(summed[0] | held):,} ranges of {plan.width:,} keys summed in"
             f" {time.monotonic() - start:.1f} s, {len(differ):,} differ"
         )
-    if len(differ) > ranges.MOST_RANGES:
+    if ranges.mostly(summed[0], held, differ):
         return None
     report.source_rows += ranges.rows_of(summed[0], set(differ))
     report.store_rows += ranges.rows_of(held, set(differ))

@@ -24,9 +24,14 @@ the warehouse's far microseconds) makes its range differ, and the row path
 then compares it as it always has: a false difference costs time, never a
 wrong answer. Any other table takes the row path.
 
-The ranges: ``BUCKETS`` of equal width between the source's smallest and
-largest key, the first and last open-ended (a key outside them, written
-since, lands there).
+The ranges: of equal width between the source's smallest and largest key,
+one per ``RANGE_ROWS`` rows the catalog estimates (``BUCKETS`` at least,
+``MOST_BUCKETS`` at most), the first and last open-ended (a key outside
+them, written since, lands there). Small ranges keep what a scattered
+divergence sends row by row small: 1,000 stale rows of 10M, ~500k rows.
+Where the differing ranges hold more than ``ROW_PATH_SHARE`` of the table,
+the whole table is compared row by row instead, its source side in a
+process of its own.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ from cdcsync.config import SourceConfig, TableRef
 from cdcsync.db import connect_postgres
 from cdcsync.sync.mapping import TableMapping
 
-BUCKETS = 4096  # ranges of a table: at 10M rows ~2,400 rows each
-MOST_RANGES = 256  # differing ranges read row by row in one query; past it the whole table is
+RANGE_ROWS = 500  # rows a range, by the catalog's estimate
+BUCKETS, MOST_BUCKETS = 4096, 65536  # ranges of a table, at least and at most
+ROW_PATH_SHARE = 0.25  # differing ranges holding more of the table: the whole table is read row by row
+RUNS = 200  # runs of differing ranges a source query names by key; more: by range number (a scan of the table)
 Sums = dict[int, tuple[int, int, int]]  # range -> (rows, sum of hash slice 1, sum of hash slice 2)
 
 # Postgres type -> the kind the mapping gives it and a row text's piece for a non-null value in each engine
@@ -91,9 +98,13 @@ class Plan:
         return f"((least(greatest({key}, {self.low}), {high}) - {self.low}) {div} {self.width})"
 
     def source_where(self, ranges: list[int]) -> str:
-        """Postgres SQL: the rows of these ranges, by key (the key's index serves it)."""
+        """Postgres SQL: the rows of these ranges, by key where they are few runs (the key's index serves it),
+        else by range number."""
+        runs = _runs(sorted(ranges))
+        if len(runs) > RUNS:
+            return f"{self.source_bucket()} = ANY('{{{','.join(str(r) for r in sorted(ranges))}}}'::bigint[])"
         parts = []
-        for first, last in _runs(sorted(ranges)):
+        for first, last in runs:
             start = f"{_pg(self.key)} >= {self.low + first * self.width}" if first else ""
             end = f"{_pg(self.key)} < {self.low + (last + 1) * self.width}" if last < self.buckets - 1 else ""
             parts.append(" AND ".join(p for p in (start, end) if p) or "true")
@@ -135,8 +146,14 @@ def plan(source: SourceConfig, table: TableRef, mapping: TableMapping, kinds: Ma
             source_parts.append(_piece(form[1].format(c=_pg(column)), "pg", kind == "text"))
             store_parts.append(_piece(form[2].format(c=_spark(name)), "spark", kind == "text"))
         found = conn.execute(f"SELECT min({_pg(key)}), max({_pg(key)}) FROM {_pg_table(table)}").fetchone()
+        estimated = conn.execute(  # a partitioned table: its partitions' (a plain table is its own one leaf)
+            "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0) FROM pg_partition_tree(to_regclass(%s)) t"
+            " JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
+            (_pg_table(table),),
+        ).fetchone()
     low, high = (found[0], found[1]) if found and found[0] is not None else (0, 0)
-    buckets = min(BUCKETS, high - low + 1)
+    wanted = int(estimated[0] if estimated else 0) // RANGE_ROWS
+    buckets = min(max(BUCKETS, wanted), MOST_BUCKETS, high - low + 1)
     width = -(-(high - low + 1) // buckets)
     if low - width < -(2**62) or low + width * buckets > 2**62:  # the bucket arithmetic stays inside bigint
         return None
@@ -171,6 +188,16 @@ def store_sums_sql(plan: Plan) -> tuple[str, str, list[str]]:
 def differing(there: Sums, held: Sums) -> list[int]:
     """The ranges whose rows or sums differ between the two sides."""
     return sorted(b for b in there.keys() | held.keys() if there.get(b) != held.get(b))
+
+
+def mostly(there: Sums, held: Sums, ranges: list[int]) -> bool:
+    """Whether ``ranges`` hold more than ``ROW_PATH_SHARE`` of the table's rows on either side."""
+    chosen = set(ranges)
+    return any(
+        sum(n for _, (n, _, _) in sums.items()) - rows_of(sums, chosen)
+        > ROW_PATH_SHARE * sum(n for n, _, _ in sums.values())
+        for sums in (there, held)
+    )
 
 
 def rows_of(sums: Sums, ranges: set[int]) -> int:

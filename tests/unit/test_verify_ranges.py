@@ -46,3 +46,14 @@ def test_a_null_and_every_value_are_written_apart() -> None:
         assert "'~'" in ranges._piece("x", dialect, True) and "'~'" in ranges._piece("x", dialect, False)
         assert "octet_length" in ranges._piece("x", dialect, True)
         assert "octet_length" not in ranges._piece("x", dialect, False)
+
+
+def test_many_runs_of_ranges_are_named_by_range_number_and_a_table_mostly_differing_is_read_by_row() -> None:
+    plan = _plan(low=0, width=1, buckets=1000)
+    scattered = list(range(0, 1000, 2))  # 500 runs
+    where = plan.source_where(scattered)
+    assert where.startswith(plan.source_bucket() + " = ANY('{0,2,4,") and where.endswith(",998}'::bigint[])")
+    sums = {b: (1, b, b) for b in range(1000)}
+    assert not ranges.mostly(sums, sums, list(range(250)))
+    assert ranges.mostly(sums, sums, list(range(251)))
+    assert ranges.mostly(sums, {b: s for b, s in sums.items() if b >= 900}, list(range(900, 1000)))
