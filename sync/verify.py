@@ -97,18 +97,10 @@ def verify_follower(
         report = TableReport(follower.name, f"{source.name}.{table}", mapping.target)
         if only is not None and report.table != only:
             continue
-        what = f"{report.table}: source"
-        sides = None
+        found = None
         if ranged and pace is None and isinstance(sink, Digesting):
-            sides = ranged_pairs(source, table, mapping, sink, report, progress)
-        if sides is not None:
-            expected, held = sides
-        elif pace is None and type(sink) is sink_class(follower) and table_bytes(source, table) >= PROCESS_BYTES:
-            expected = pairs_from_process(config, follower.name, source, table, mapping, what, progress is not None)
-        else:
-            expected = source_pairs(source, table, mapping, sink, pace, progress, what)
-        if sides is None:
-            held = counted(store_pairs(sink, mapping.target, pace), progress, f"{report.table}: {follower.name}")
+            found = ranged_pairs(source, table, mapping, sink, report, progress)
+        expected, held = found or both_sides(config, follower, source, table, mapping, sink, pace, progress)
         with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp:
             differing = Spill(Path(tmp) / "differing")
             try:
@@ -120,6 +112,27 @@ def verify_follower(
     return reports
 
 
+def both_sides(
+    config: Config,
+    follower: FollowerConfig,
+    source: SourceConfig,
+    table: TableRef,
+    mapping: TableMapping,
+    sink: Sink,
+    pace: float | None,
+    progress: Callable[[str], None] | None,
+) -> tuple[Iterator[tuple[str, bytes]], Iterator[tuple[str, bytes]]]:
+    """Every row of the table on each side, as its id and digest: the source's in a process of its own for a
+    large table (``verify_process``), else on a thread as the store's."""
+    what = f"{source.name}.{table}: source"
+    if pace is None and type(sink) is sink_class(follower) and table_bytes(source, table) >= PROCESS_BYTES:
+        expected = pairs_from_process(config, follower.name, source, table, mapping, what, progress is not None)
+    else:
+        expected = source_pairs(source, table, mapping, sink, pace, progress, what)
+    held = store_pairs(sink, mapping.target, pace)
+    return expected, counted(held, progress, f"{source.name}.{table}: {follower.name}")
+
+
 def ranged_pairs(
     source: SourceConfig,
     table: TableRef,
@@ -129,7 +142,8 @@ def ranged_pairs(
     progress: Callable[[str], None] | None,
 ) -> tuple[Iterator[tuple[str, bytes]], Iterator[tuple[str, bytes]]] | None:
     """Both sides' pairs of the rows in the ranges whose sums differ (``sync.verify_ranges``), ``report`` given
-    the rows of the others; None: the table takes the row path (it has no plan, or too many ranges differ)."""
+    the rows of the others; None: the table takes the row path (it has no plan, or the ranges that differ hold
+    much of it: ``verify_ranges.mostly``)."""
     plan = ranges.plan(source, table, mapping, sink.kinds(mapping.target))
     if plan is None:
         return None

@@ -23,7 +23,7 @@ from cdcsync.sync.catalog import mappings_for, source_rows
 from cdcsync.sync.mapping import Row, canonical_doc, doc_id
 from cdcsync.sync.sinks import build_sink
 from cdcsync.sync.verify import verify_follower
-from tests.support import execute, uid
+from tests.support import ENV, execute, uid
 
 ROWS = 3000
 TEXTS = ["", "a,b:c~d", "ünïcødé 😀", 'it\'s "quoted"', "back\\slash", "line\nbreak\ttab", "~", "12:", "-", "x" * 3000]
@@ -159,3 +159,88 @@ def test_a_table_of_an_uncovered_type_takes_the_row_path(filled: tuple[Config, s
     mapping = next(iter(mappings_for(config, follower).values()))
     kinds = dict(mapping.fields().values())
     assert ranges.plan(source, source.tables[0], mapping, kinds) is None
+
+
+@pytest.fixture
+def maria(tmp_path: Path, spark: Any) -> Iterator[Config]:
+    """A MariaDB table of ``ROWS`` rows of every type the checksums cover there, the warehouse holding the same."""
+    from bench.common import one_table_doc, three_followers
+
+    tag = f"vm{uid()}"
+    table = f"Ranges {tag}"
+    database = ENV["MARIADB_DATABASE"]
+    texts = ", ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in TEXTS)
+    execute(
+        "mariadb",
+        f"CREATE TABLE `{table}` (id bigint PRIMARY KEY, tiny tinyint, flag tinyint(1), `Small` smallint,"
+        " med mediumint, n int, ui int unsigned, big bigint, yr year, `Note` text, label varchar(40), code char(5),"
+        " `Seen At` datetime(6), day date) CHARACTER SET utf8mb4",
+        f"INSERT INTO `{table}` SELECT g, IF(g % 2 = 0, 127, -128), IF(g % 5 = 0, NULL, g % 3), IF(g % 4 = 0, 32767,"
+        " -32768), IF(g % 2 = 0, 8388607, -8388608), IF(g % 2 = 0, 2147483647, -2147483648),"
+        " IF(g % 2 = 0, 4294967295, 0), IF(g % 3 = 0, 9223372036854775807, -9223372036854775808 + (g + 3)),"
+        f" 1901 + (g + 3) % 255, IF(g % 11 = 0, NULL, CONCAT(ELT(1 + (g + 3) % {len(TEXTS)}, {texts}), g)),"
+        " IF(g % 7 = 0, NULL, CONCAT('label ', g)), IF(g % 6 = 0, 'ab', CONCAT('c', g % 10)),"
+        " IF(g % 9 = 0, NULL, TIMESTAMPADD(MICROSECOND, g * 1000001, '1969-12-31 23:59:59.999999')),"
+        " IF(g % 13 = 0, NULL, DATE_ADD('1000-01-01', INTERVAL g * 997 DAY))"
+        " FROM (SELECT CAST(seq AS SIGNED) - 3 AS g FROM seq_0_to_3003) s",
+        f"UPDATE `{table}` SET `Seen At` = '9999-12-31 23:59:59.999999', day = '9999-12-31' WHERE id = 45",
+        f"UPDATE `{table}` SET `Seen At` = '1000-01-01 00:00:00', day = '1000-01-01' WHERE id = 46",
+    )
+    doc = one_table_doc(tag, table, three_followers(tag, tmp_path, ["warehouse"]), tmp_path)
+    doc["sources"][0].update(
+        kind="mariadb",
+        port=int(ENV["MARIADB_PORT"]),
+        database=database,
+        user=ENV["MARIADB_USER"],
+        password=ENV["MARIADB_PASSWORD"],
+        tables=[{"namespace": database, "table": table}],
+    )
+    config = Config.model_validate(doc)
+    _write(config, spark, lambda row, mapping, doc: [(doc, 1)])
+    try:
+        yield config
+    finally:
+        execute("mariadb", f"DROP TABLE IF EXISTS `{table}`")
+
+
+def test_mariadb_and_spark_write_every_row_alike_and_a_planted_divergence_is_found(
+    maria: Config, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = maria
+    follower, source = config.followers[0], config.sources[0]
+    mapping = next(iter(mappings_for(config, follower).values()))
+    sink = build_sink(config, follower, spark)
+    sink.open([mapping])
+    plan = ranges.plan(source, source.tables[0], mapping, sink.kinds(mapping.target))
+    assert plan is not None, "a table of covered types takes the range checksums"
+    there = ranges.source_sums(source, source.tables[0], plan)
+    held = ranges.summed(sink.sums(mapping.target, *ranges.store_sums_sql(plan)))
+    sink.close()
+    assert sum(n for n, _, _ in there.values()) == ROWS + 4 == sum(n for n, _, _ in held.values())
+    assert ranges.differing(there, held) == []
+
+    def planted(row: dict[str, Any], mapping: Any, doc: dict[str, Any]) -> list[tuple[Any, int]]:
+        seen = doc["Seen At"]
+        changed = {
+            7: lambda: None,
+            8: lambda: {**doc, "Note": doc["Note"] + " "},
+            10: lambda: {**doc, "Seen At": seen.replace(microsecond=(seen.microsecond + 1) % 10**6)},
+            12: lambda: {**doc, "flag": not doc["flag"]},
+            13: lambda: {**doc, "code": "ab "},
+            14: lambda: {**doc, "yr": doc["yr"] + 1},
+        }
+        return [(changed[row["id"]](), 2)] if row["id"] in changed else []
+
+    _write(config, spark, planted, [{"id": i, "Note": "gone from the source"} for i in (-100, 99_999)])
+    found = {}
+    for way in ("ranges", "rows"):
+        lines: list[str] = []
+        sink = build_sink(config, follower, spark)
+        report = verify_follower(config, follower, sink, pauses=(0.0,), progress=lines.append, ranged=way == "ranges")[
+            0
+        ]
+        sink.close()
+        assert any("ranges of" in line for line in lines) == (way == "ranges"), lines
+        found[way] = (report.missing, report.extra, report.stale, report.source_rows, report.store_rows)
+    want = (["7"], ["-100", "99999"], ["10", "12", "13", "14", "8"], ROWS + 4, ROWS + 4 - 1 + 2)
+    assert found["ranges"] == want == found["rows"]
