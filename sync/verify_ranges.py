@@ -154,6 +154,8 @@ def plan(source: SourceConfig, table: TableRef, mapping: TableMapping, kinds: Ma
     """
     if len(mapping.key_columns) != 1 or mapping.plain_key is None or mapping.untyped:
         return None
+    if mapping.types.get(mapping.key_columns[0]) != "int":  # its id the integer's digits (not a bool's, a decimal's)
+        return None
     fields = mapping.fields()  # column -> (field, kind)
     if set(kinds) != {name for name, _ in fields.values()}:
         return None
