@@ -99,10 +99,8 @@ def _write(config: Config, spark: Any, changes: Any, extra: Sequence[dict[str, A
     sink.close()
 
 
-def test_both_engines_write_every_row_alike_so_only_infinite_values_make_a_range_differ(
-    filled: tuple[Config, str], spark: Any
-) -> None:
-    config, _table = filled
+def _summed(config: Config, spark: Any) -> tuple[ranges.Plan, ranges.Sums, ranges.Sums]:
+    """The table's plan and each side's sums of its ranges, every row counted on both sides."""
     follower, source = config.followers[0], config.sources[0]
     mapping = next(iter(mappings_for(config, follower).values()))
     sink = build_sink(config, follower, spark)
@@ -113,6 +111,13 @@ def test_both_engines_write_every_row_alike_so_only_infinite_values_make_a_range
     held = ranges.summed(sink.sums(mapping.target, *ranges.store_sums_sql(plan)))
     sink.close()
     assert sum(n for n, _, _ in there.values()) == ROWS + 4 == sum(n for n, _, _ in held.values())
+    return plan, there, held
+
+
+def test_both_engines_write_every_row_alike_so_only_infinite_values_make_a_range_differ(
+    filled: tuple[Config, str], spark: Any
+) -> None:
+    plan, there, held = _summed(filled[0], spark)
     assert len(there) > 100, "the rows are spread over many ranges"
     infinite = {(i - plan.low) // plan.width for i in INFINITE}
     assert set(ranges.differing(there, held)) == infinite
@@ -206,17 +211,8 @@ def maria(tmp_path: Path, spark: Any) -> Iterator[Config]:
 def test_mariadb_and_spark_write_every_row_alike_and_a_planted_divergence_is_found(
     maria: Config, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = maria
-    follower, source = config.followers[0], config.sources[0]
-    mapping = next(iter(mappings_for(config, follower).values()))
-    sink = build_sink(config, follower, spark)
-    sink.open([mapping])
-    plan = ranges.plan(source, source.tables[0], mapping, sink.kinds(mapping.target))
-    assert plan is not None, "a table of covered types takes the range checksums"
-    there = ranges.source_sums(source, source.tables[0], plan)
-    held = ranges.summed(sink.sums(mapping.target, *ranges.store_sums_sql(plan)))
-    sink.close()
-    assert sum(n for n, _, _ in there.values()) == ROWS + 4 == sum(n for n, _, _ in held.values())
+    config, follower = maria, maria.followers[0]
+    _plan, there, held = _summed(config, spark)
     assert ranges.differing(there, held) == []
 
     def planted(row: dict[str, Any], mapping: Any, doc: dict[str, Any]) -> list[tuple[Any, int]]:
@@ -236,9 +232,8 @@ def test_mariadb_and_spark_write_every_row_alike_and_a_planted_divergence_is_fou
     for way in ("ranges", "rows"):
         lines: list[str] = []
         sink = build_sink(config, follower, spark)
-        report = verify_follower(config, follower, sink, pauses=(0.0,), progress=lines.append, ranged=way == "ranges")[
-            0
-        ]
+        ranged = way == "ranges"
+        (report,) = verify_follower(config, follower, sink, pauses=(0.0,), progress=lines.append, ranged=ranged)
         sink.close()
         assert any("ranges of" in line for line in lines) == (way == "ranges"), lines
         found[way] = (report.missing, report.extra, report.stale, report.source_rows, report.store_rows)
