@@ -34,6 +34,7 @@ class BatchCounts:
     lags_s: list[float] = field(default_factory=list)  # source commit -> written, per applied change
     waited_s: float = 0.0  # time parsing stood still, waiting for the sink
     retries: int = 0  # writes retried after a retryable sink error (made on an executor, counted on the driver)
+    lacking: dict[str, list[str]] = field(default_factory=dict)  # topic -> columns changes lacked (an executor's)
 
     def adds_up(self) -> bool:
         return self.records == self.applied + self.older + self.tombstones + self.dead_lettered
@@ -71,6 +72,8 @@ class BatchCounts:
             merged.applied_by_op[op] = merged.applied_by_op.get(op, 0) + n
         for table, ts in other.newest_commit_ms.items():
             merged.newest_commit_ms[table] = max(ts, merged.newest_commit_ms.get(table, 0))
+        for topic, columns in (*self.lacking.items(), *other.lacking.items()):
+            merged.lacking[topic] = sorted(set(merged.lacking.get(topic, ())) | set(columns))
         return merged
 
     def to_json(self) -> bytes:

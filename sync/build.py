@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
 from cdcsync.resolvers import BinlogPositions, SnapshotLsns
-from cdcsync.sync import reindex_needed
+from cdcsync.sync import backfill, reindex_needed
 from cdcsync.sync.catalog import learner, mappings_for
 from cdcsync.sync.dead_letters import DeadLetters, ensure_dead_letter_topic
 from cdcsync.sync.follower import Follower, tune_gc
@@ -46,6 +46,7 @@ def build_follower(
     if open_sink:
         sink.open(list(mappings.values()))
     ensure_dead_letter_topic(config, follower)
+    tables = {source.topic(table): (source, table) for source, table in config.followed_tables(follower)}
     built = Follower(
         follower.name,
         sink,
@@ -58,6 +59,7 @@ def build_follower(
         reindex_needed=lambda mapping, reason: reindex_needed.mark(config, follower.name, mapping.table, reason),
         remember=lambda known: reindex_needed.remember(config, follower.name, known),
         writers=sink.fill_writers if fill else None,
+        backfill=lambda topic, columns: backfill.request(config, *tables[topic], columns, follower.name),
     )
     if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
         reindex_needed.changed_while_stopped(config, built)

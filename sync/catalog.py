@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from psycopg.types.string import TextLoader
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
-from cdcsync.db import connect_mariadb, connect_postgres
+from cdcsync.db import connect_mariadb, connect_postgres, fetch
 from cdcsync.errors import FatalError
 from cdcsync.names import default_target
 from cdcsync.sync.mapping import TableMapping
@@ -96,14 +96,16 @@ class Columns(NamedTuple):
     millis: frozenset[str]  # timestamp columns Debezium counts in milliseconds (TableMapping.millis)
     decimals: dict[str, tuple[int, int]]  # (precision, scale) of decimals a DECIMAL(38) holds (TableMapping.decimals)
     widths: dict[str, int]  # bit(n) columns' n (TableMapping.widths)
+    unlogged: frozenset[str]  # generated columns: left out of every store (TableMapping.unlogged)
 
 
 def columns(source: SourceConfig, table: TableRef) -> Columns:
     """A table's columns, their mapping types and its primary key, from the source's catalog.
 
     Filled: columns with a value of their own in a row nobody wrote them in
-    (a non-null DEFAULT, a generated column): added to a table, they fill its
-    existing rows without a change event (``sync.reindex_needed``).
+    (a non-null DEFAULT): added to a table, they fill its existing rows
+    without a change event (``sync.backfill``). Generated columns are neither
+    typed nor filled: no store keeps them (``TableMapping.unlogged``).
     """
     if source.kind == "postgres":
         with connect_postgres(source) as conn:
@@ -112,7 +114,7 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
                 "SELECT column_name, CASE WHEN data_type = 'USER-DEFINED' AND (SELECT t.typtype FROM pg_type t"
                 " JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = udt_schema AND t.typname ="
                 " udt_name) = 'c' THEN 'composite' ELSE data_type END,"
-                " column_default IS NOT NULL OR is_generated = 'ALWAYS', character_maximum_length"
+                " column_default IS NOT NULL, character_maximum_length, is_generated = 'ALWAYS'"
                 " FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                 (table.namespace, table.table),
@@ -123,9 +125,11 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
                 " ORDER BY array_position(i.indkey, a.attnum)",
                 (f'"{table.namespace}"."{table.table}"',),
             ).fetchall()
+        unlogged = frozenset(row[0] for row in rows if row[4])
+        rows = [row for row in rows if not row[4]]
         types = {name: POSTGRES_TYPES.get(kind, "text") for name, kind, *_ in rows}
-        filled = frozenset(name for name, _, has_value, _ in rows if has_value)
-        widths = {name: length for name, kind, _, length in rows if kind == "bit" and length}
+        filled = frozenset(name for name, _, has_value, *_ in rows if has_value)
+        widths = {name: length for name, kind, _, length, _ in rows if kind == "bit" and length}
         millis: frozenset[str] = frozenset()
         decimals: dict[str, tuple[int, int]] = {}  # a Postgres numeric, even numeric(p,s), may hold NaN
     else:
@@ -133,8 +137,8 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
         with conn, conn.cursor() as cur:
             # COLUMN_DEFAULT: SQL NULL for no default on a NOT NULL column, the text 'NULL' for DEFAULT NULL.
             cur.execute(
-                "SELECT column_name, data_type, column_type, (column_default IS NOT NULL AND column_default <>"
-                " 'NULL') OR extra LIKE '%%GENERATED%%', datetime_precision, numeric_precision, numeric_scale"
+                "SELECT column_name, data_type, column_type, column_default IS NOT NULL AND column_default <>"
+                " 'NULL', datetime_precision, numeric_precision, numeric_scale, extra LIKE '%%GENERATED%%'"
                 " FROM information_schema.columns"
                 " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                 (table.namespace, table.table),
@@ -154,6 +158,8 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
             # MariaDB's JSON is LONGTEXT with a json_valid() check named after the column.
             json_columns = {name for name, clause in cur.fetchall() if "json_valid" in clause.lower()}
         types = {}
+        unlogged = frozenset(row[0] for row in rows if row[7])
+        rows = [row for row in rows if not row[7]]
         filled = frozenset(row[0] for row in rows if row[3])
         # Debezium counts a DATETIME(0) to (3) in milliseconds, a DATETIME(4) to (6) in microseconds.
         millis = frozenset(row[0] for row in rows if row[1].lower() == "datetime" and (row[4] or 0) <= 3)
@@ -165,9 +171,9 @@ def columns(source: SourceConfig, table: TableRef) -> Columns:
                 if name in json_columns
                 else ("bool" if column_type.lower() == "tinyint(1)" else _mariadb_type(kind, column_type))
             )
-    if not rows:
+    if not rows and not unlogged:
         raise FatalError(f"source {source.name}: table {table} not found while reading its columns")
-    return Columns(types, tuple(k[0] for k in key), filled, millis, decimals, widths)
+    return Columns(types, tuple(k[0] for k in key), filled, millis, decimals, widths, unlogged)
 
 
 def _fixed_decimal(data_type: str, column_type: str, precision: int | None) -> bool:
@@ -204,7 +210,7 @@ def mappings_for(config: Config, follower: FollowerConfig) -> dict[str, TableMap
 def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfig) -> TableMapping:
     """One table's mapping: its columns and key from the catalog as they are now, with the follower's overrides."""
     override = follower.mapping_for(source.name, table)
-    types, key_columns, filled, millis, decimals, widths = columns(source, table)
+    types, key_columns, filled, millis, decimals, widths, unlogged = columns(source, table)
     if override:
         types.update(override.types)
     return TableMapping(
@@ -215,6 +221,7 @@ def table_mapping(source: SourceConfig, table: TableRef, follower: FollowerConfi
         rename=dict(override.rename) if override else {},
         types=types,
         filled=filled,
+        unlogged=unlogged - frozenset(types),
         millis=millis,
         decimals={c: d for c, d in decimals.items() if types.get(c) == "decimal"},
         widths={c: n for c, n in widths.items() if types.get(c) == "bits"},
@@ -235,18 +242,33 @@ def learner(config: Config, follower: FollowerConfig) -> Callable[[str], TableMa
 def source_rows(source: SourceConfig, table: TableRef, where: str | None = None) -> Iterator[dict[str, Any]]:
     """Every row of a source table (those matching SQL ``where``, if given), as the database driver returns it."""
     condition = f" WHERE {where}" if where else ""
+    selected = _every_column(source, table)
     if source.kind == "postgres":
         with _postgres(source) as conn:
             with conn.cursor(row_factory=dict_row, name="cdcsync_verify") as cur:
                 cur.itersize = PAGE_ROWS  # rows a round trip (psycopg's default, 100, made 10,000 per million)
-                cur.execute(f'SELECT * FROM "{table.namespace}"."{table.table}"{condition}')
+                cur.execute(f'SELECT {selected} FROM "{table.namespace}"."{table.table}"{condition}')
                 yield from cur
     else:
         conn = connect_mariadb(source)
         with conn, conn.cursor(pymysql.cursors.SSDictCursor) as cur:
-            cur.execute(f"SELECT * FROM `{table.namespace}`.`{table.table}`{condition}")
+            cur.execute(f"SELECT {selected} FROM `{table.namespace}`.`{table.table}`{condition}")
             for row in cur:
                 yield dict(row)
+
+
+def _every_column(source: SourceConfig, table: TableRef) -> str:
+    """The select list of every column the log carries: ``*``, and on MariaDB its INVISIBLE columns, which
+    ``*`` leaves out and the binlog carries."""
+    if source.kind == "postgres":
+        return "*"
+    hidden = fetch(
+        source,
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
+        " AND extra LIKE '%%INVISIBLE%%' ORDER BY ordinal_position",
+        (table.namespace, table.table),
+    )
+    return ", ".join(["*", *("`" + str(c).replace("`", "``") + "`" for (c,) in hidden)])
 
 
 def source_pages(
@@ -265,9 +287,10 @@ def source_pages(
     left = f"({', '.join(names)})"
     name = f"{quote}{table.namespace}{quote}.{quote}{table.table}{quote}"
     after: tuple[Any, ...] | None = None
+    selected = _every_column(source, table)
     while True:
         where = "" if after is None else f" WHERE {left} > ({', '.join(['%s'] * len(key))})"
-        query = f"SELECT * FROM {name}{where} ORDER BY {', '.join(names)} LIMIT {int(page_rows)}"
+        query = f"SELECT {selected} FROM {name}{where} ORDER BY {', '.join(names)} LIMIT {int(page_rows)}"
         rows = _fetch_rows(source, query, after)
         yield from rows
         if len(rows) < page_rows:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from cdcsync import metrics
 from cdcsync.config import Config
+from cdcsync.sync import shape
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.follower import Follower, arrow_records
@@ -63,7 +64,9 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
 
     def batch(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        for attempt in (1, 2):
+        # The shape changes learned for this batch: each retry learns at least one more, so this ends.
+        tried: set[tuple[str, tuple[frozenset[str], frozenset[str]]]] = set()
+        while True:
             mappings = dict(follower.mappings)  # the tables' shapes as the driver knows them now, for this batch
 
             def apply_partition(
@@ -83,9 +86,12 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
                 parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()
                 break
             except Exception as err:
-                changed = shapes_changed(str(err))
-                if attempt == 1 and changed:  # a table's shape changed: the driver reads it, then again
+                # Tables whose changes brought columns their mapping lacks: the driver reads them, then runs the
+                # batch again (a failed task's error may name only its own table: as many tries as it takes).
+                changed = {t: c for t, c in shapes_changed(str(err)).items() if (t, c) not in tried}
+                if changed:
                     for topic, (unknown, lacking) in changed.items():
+                        tried.add((topic, (unknown, lacking)))
                         follower.relearn(topic, unknown, lacking)
                     continue
                 count_failed_retries(name, str(err))
@@ -93,6 +99,9 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
         total = BatchCounts()
         for part in parts:
             total = total.merge(BatchCounts.from_json(part))
+        for topic, columns in total.lacking.items():  # written without them; a DROP is forgotten in every row now
+            if shape.differences(follower.mappings[topic], follower.mappings[topic].plan.keys() - set(columns))[1]:
+                follower.relearn(topic, shape.NONE, frozenset(columns))
         metrics.SINK_RETRIES.labels(name).inc(total.retries)  # the executors' retries of this batch
         if total.applied:
             follower.make_visible(total)

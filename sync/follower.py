@@ -152,12 +152,14 @@ class Follower:
         reindex_needed: Callable[[TableMapping, str], None] | None = None,
         remember: Callable[[Iterable[TableMapping]], None] | None = None,
         writers: int | None = None,
+        backfill: Callable[[str, frozenset[str]], str | None] | None = None,
     ) -> None:
         self.name, self.sink, self.dead_letters = name, sink, dead_letters
         self.mappings = dict(mappings)  # topic -> mapping; a table's entry is replaced when its shape changes
         self.learn = learn  # topic -> its mapping read anew from the catalog (executors: raise ShapeChanged)
         self.reindex_needed = reindex_needed  # (table's mapping, why): rows no change will fix (sync.reindex_needed)
         self.remember = remember  # the shapes its sink holds now, for the next start (sync.reindex_needed.remember)
+        self.backfill = backfill  # (topic, columns) -> None once asked, or why not (sync.backfill.request)
         self.binlog_seq = binlog_seq  # MariaDB snapshot rows' binlog positions -> GTID sequences (cdcsync.events)
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
@@ -167,11 +169,15 @@ class Follower:
         self.writers = max(1, sink.writers if writers is None else writers)
         self._writer = ThreadPoolExecutor(self.writers, thread_name_prefix=f"cdcsync-{name}-writer")
         self._retries = threading.Lock()  # counts.retries, changed by the writer threads
+        self.lacked: dict[str, frozenset[str]] = {}  # topic -> columns this batch's changes lacked (executors)
 
     def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
         started = time.monotonic()
         counts = BatchCounts()
-        return self._apply(batch_id, counts, self._mapped_chunks(records, counts), started)
+        self.lacked = {}
+        counts = self._apply(batch_id, counts, self._mapped_chunks(records, counts), started)
+        counts.lacking = {topic: sorted(columns) for topic, columns in self.lacked.items()}
+        return counts
 
     def _mapped_chunks(self, records: Iterable[Record], counts: BatchCounts) -> Iterator[Chunk]:
         """Parse and map records, ``sink.chunk_rows`` at a time, each chunk reduced to its last change per key.
@@ -241,13 +247,20 @@ class Follower:
         try:
             fresh = self.learn(topic)
         except shape.ShapeChanged:  # an executor: the driver learns, told what the change brought and lacked
-            raise shape.ShapeChanged(topic, unknown, lacking) from None
+            if unknown:
+                raise shape.ShapeChanged(topic, unknown, lacking) from None
+            # Only lacking: a change older than the catalog (written before an ADD COLUMN) or one after a DROP.
+            # Either way the row is written as it is, without the column; the driver asks the catalog after
+            # the batch (BatchCounts.lacking), and forgets a dropped column in every row then.
+            self.mappings[topic] = shape.untyped(old, shape.NONE, lacking)
+            self.lacked[topic] = self.lacked.get(topic, shape.NONE) | lacking
+            return self.mappings[topic]
         new, lost = shape.learned(old, fresh, unknown, lacking)
         self.sink.learn(new)
         if lost:
             self.sink.forget(new.target, sorted(old.field(c) for c in lost))
         self.mappings[topic] = new
-        reason = shape.reindex_reason(old, new, lost)
+        reason = self.backfilled(topic, shape.reindex_reason(old, new, lost), shape.backfilled(old, new, lost))
         if reason and self.reindex_needed is not None:
             self.reindex_needed(new, reason)
         if self.remember is not None:
@@ -257,6 +270,14 @@ class Follower:
         log.info("follower=%s table=%s learned_columns=%s dropped_columns=%s", self.name, new.table,
                  added or "none", sorted(lost) or "none")  # fmt: skip
         return new
+
+    def backfilled(self, topic: str, reason: str | None, filled: frozenset[str]) -> str | None:
+        """What is left of ``reason`` (rows no change will fix) once the ``filled`` columns are backfilled through
+        the log (``sync.backfill``): nothing, or the reason with why no backfill could be asked for."""
+        if not reason or not filled or self.backfill is None:
+            return reason
+        why = self.backfill(topic, filled)
+        return None if why is None else f"{reason}; no backfill through the log: {why}"
 
     def _reduced(self, rows: list[Row], mapped: list[Record], counts: BatchCounts) -> Chunk:
         latest = last_per_key(rows)

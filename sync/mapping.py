@@ -71,6 +71,9 @@ class TableMapping:
     filled: frozenset[str] = frozenset()  # columns the source fills in rows nobody wrote them in (sync.reindex_needed)
     dropped: frozenset[str] = frozenset()
     may_lack: frozenset[str] = frozenset()
+    # Generated columns: the source computes them, Postgres never logs them (before 18), so no store keeps them
+    # and ``verify`` leaves them out of the source's rows too (docs/types.md, "Generated columns").
+    unlogged: frozenset[str] = frozenset()
     # timestamp columns whose Debezium form counts milliseconds, not microseconds (MariaDB DATETIME(0) to (3))
     millis: frozenset[str] = frozenset()
     # decimal columns whose every value fits DECIMAL(precision, scale) with precision <= 38 (MariaDB DECIMAL(p,s),
@@ -197,7 +200,7 @@ def map_row(change: Change, mapping: TableMapping) -> Row:
     for column, value in change.after.items():
         step = plan.get(column)
         if step is None:  # not in the catalog's types when the mapping was built (a column added since)
-            if every_column and column not in mapping.dropped:
+            if every_column and column not in mapping.dropped and column not in mapping.unlogged:
                 doc[mapping.field(column)] = value
             continue
         name, kind, converter = step
@@ -221,7 +224,7 @@ def canonical_doc(row: Mapping[str, Any], mapping: TableMapping) -> dict[str, An
     plan, widths, every = mapping.plan, mapping.widths, mapping.include is None
     for column, value in row.items():  # once per value of every row of a verify: kept to lookups
         step = plan.get(column)
-        if step is None and not every:
+        if step is None and (not every or column in mapping.unlogged):
             continue
         name, kind = (mapping.field(column), None) if step is None else step[:2]
         doc[name] = None if value is None else canonical_value(value, kind, widths.get(column))

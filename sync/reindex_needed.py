@@ -166,7 +166,7 @@ def changed_while_stopped(config: Config, follower: Follower) -> None:
     """
     path = shapes_file(base_dir(config), follower.name)
     known: dict[str, dict[str, str]] = json.loads(path.read_text()) if path.exists() else {}
-    for mapping in follower.mappings.values():
+    for topic, mapping in follower.mappings.items():
         before = known.get(mapping.table)
         if before is None or set(before) == set(mapping.types):
             continue
@@ -175,6 +175,7 @@ def changed_while_stopped(config: Config, follower: Follower) -> None:
         if lost:
             follower.sink.forget(mapping.target, sorted(mapping.field(c) for c in lost))
         reason = shape.reindex_reason(old, mapping, lost)
+        reason = follower.backfilled(topic, reason, shape.backfilled(old, mapping, lost))
         log.info("follower=%s table=%s changed while stopped: lost=%s gained=%s", follower.name, mapping.table,
                  sorted(lost) or "none", sorted(set(mapping.types) - set(before)) or "none")  # fmt: skip
         if reason:

@@ -54,7 +54,7 @@ def shapes_changed(error: str) -> dict[str, tuple[frozenset[str], frozenset[str]
 def differences(mapping: TableMapping, columns: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:
     """The columns a change brings that ``mapping`` does not know, and those it knows the change lacks."""
     present = frozenset(columns)
-    unknown = present - mapping.plan.keys() - mapping.dropped
+    unknown = present - mapping.plan.keys() - mapping.dropped - mapping.unlogged
     lacking = frozenset(mapping.plan.keys()) - present - mapping.may_lack
     return unknown, lacking
 
@@ -86,8 +86,8 @@ def reindex_reason(old: TableMapping, new: TableMapping, lost: frozenset[str]) -
 
     A column lost and one gained in the same change: most likely a RENAME
     COLUMN, and rows not changed since hold the value under the old name. A
-    column gained that the source fills in existing rows (a DEFAULT, a
-    generated column): no change event carries those values.
+    column gained that the source fills in existing rows (a DEFAULT): no
+    change event carries those values (``backfilled``: the log can bring them).
     """
     gained = frozenset(new.types) - frozenset(old.types) - old.untyped
     if lost and gained:
@@ -97,10 +97,18 @@ def reindex_reason(old: TableMapping, new: TableMapping, lost: frozenset[str]) -
         )
     if gained & new.filled:
         return (
-            f"columns {sorted(gained & new.filled)} were added with a value for the rows already there (a DEFAULT "
-            "or a generated column), which no change event carries"
+            f"columns {sorted(gained & new.filled)} were added with a value for the rows already there (a DEFAULT), "
+            "which no change event carries"
         )
     return None
+
+
+def backfilled(old: TableMapping, new: TableMapping, lost: frozenset[str]) -> frozenset[str]:
+    """Columns gained that the source filled in the rows already there (a DEFAULT), which a backfill of the table
+    through the log brings to every store (``sync.backfill``); none when columns were lost too (a RENAME)."""
+    if lost:
+        return NONE
+    return (frozenset(new.types) - frozenset(old.types) - old.untyped) & new.filled
 
 
 def kind_changes(mapping: TableMapping, fresh: TableMapping) -> dict[str, tuple[str, str]]:

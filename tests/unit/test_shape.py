@@ -3,8 +3,9 @@
 The integration test (tests/integration/test_schema_changes.py) proves the
 sinks converge; this one pins the rules of ``Follower._shape``: where the
 catalog can be read the table is learned once and the sink told first;
-where it cannot (an executor) the batch stops with ``ShapeChanged`` for the
-driver; a column the catalog does not know either is not asked for again; a
+where it cannot (an executor) a new column stops the batch with
+``ShapeChanged`` for the driver, and a lacking one is written as it is and
+told to the driver after the batch; a column the catalog does not know either is not asked for again; a
 column the catalog lost, that changes lack, is forgotten by the sink.
 """
 
@@ -148,23 +149,50 @@ def test_a_renamed_column_is_a_column_lost_and_one_learned() -> None:
     assert [r.doc for r in sink.rows] == [{"id": 1, "amount": Decimal("12.50")}]
 
 
-def test_on_an_executor_the_driver_is_told_what_a_change_lacked() -> None:
+def test_on_an_executor_a_change_lacking_a_column_is_written_and_the_driver_told_after_the_batch() -> None:
+    """A change older than the catalog (or one after a DROP) never stops a batch: it is what it is."""
     f, sink = follower(shape_changed, {"id": "int", "v": "int", "gone": "text"})
-    with pytest.raises(ShapeChanged) as raised:
-        f.process(1, [record(1, {"id": 1, "v": 1})])
-    assert shapes_changed(f"... {raised.value} ... {raised.value}") == {TOPIC: (set(), {"gone"})}
-    # The driver learns with that; the mapping it ships with the batch's second run needs nothing more.
+    counts = f.process(1, [record(1, {"id": 1, "v": 1}), record(2, {"id": 2, "v": 2})])
+    assert counts.applied == 2 and counts.lacking == {TOPIC: ["gone"]}
+    assert [r.doc for r in sink.rows] == [{"id": 1, "v": 1}, {"id": 2, "v": 2}]
+    # The driver learns with that after the batch: a column the catalog lost is forgotten in every row.
     learn, _ = catalog({"id": "int", "v": "int"})
     driver, driver_sink = follower(learn, {"id": "int", "v": "int", "gone": "text"})
     driver.relearn(TOPIC, frozenset(), frozenset({"gone"}))
     assert driver_sink.forgotten == [("t", ["gone"])]
-    worker, _ = follower(shape_changed)
+    worker, worker_sink = follower(shape_changed)
     worker.mappings = dict(driver.mappings)
-    assert worker.process(1, [record(1, {"id": 1, "v": 1}), record(2, {"id": 2, "v": 2, "gone": "x"})]).applied == 2
+    counts = worker.process(2, [record(3, {"id": 1, "v": 1}), record(4, {"id": 2, "v": 2, "gone": "x"})])
+    assert counts.applied == 2 and counts.lacking == {}
+    assert [r.doc for r in worker_sink.rows] == [{"id": 1, "v": 1}, {"id": 2, "v": 2}]  # dropped: written no more
+
+
+def test_lacking_columns_of_executors_add_up_on_the_driver() -> None:
+    from cdcsync.sync.batch_counts import BatchCounts
+
+    one, two = BatchCounts(lacking={TOPIC: ["a"]}), BatchCounts(lacking={TOPIC: ["b"], "other": ["c"]})
+    merged = BatchCounts.from_json(one.merge(two).to_json())
+    assert merged.lacking == {TOPIC: ["a", "b"], "other": ["c"]}
+
+
+def test_generated_columns_are_left_out_of_changes_and_of_source_rows() -> None:
+    from cdcsync.events import parse_record
+    from cdcsync.sync.mapping import canonical_doc, map_row
+
+    mapping = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int"}, unlogged=frozenset({"twice"}))
+    f, sink = follower(shape_changed)
+    f.mappings = {TOPIC: mapping}
+    counts = f.process(1, [record(1, {"id": 1, "v": 1, "twice": 2}), record(2, {"id": 2, "v": 2})])
+    assert counts.applied == 2 and counts.lacking == {}  # neither unknown (a MariaDB event) nor lacking (Postgres)
+    assert [r.doc for r in sink.rows] == [{"id": 1, "v": 1}, {"id": 2, "v": 2}]
+    raw = record(9, {"id": 9, "v": 9, "twice": 18})
+    change = parse_record(TOPIC, 0, 9, raw.key, raw.value)
+    assert change is not None and map_row(change, mapping).doc == {"id": 9, "v": 9}
+    assert canonical_doc({"id": 9, "v": 9, "twice": 18}, mapping) == {"id": 9, "v": 9}  # what verify compares
 
 
 def test_which_shape_changes_need_a_rebuild_from_the_source() -> None:
-    from cdcsync.sync.shape import reindex_reason
+    from cdcsync.sync.shape import backfilled, reindex_reason
 
     old = TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int"})
 
@@ -176,6 +204,9 @@ def test_which_shape_changes_need_a_rebuild_from_the_source() -> None:
     assert reindex_reason(old, new(), frozenset({"v"})) is None  # DROP COLUMN: forgotten in every row
     assert "RENAME" in (reindex_reason(old, new(w="int"), frozenset({"v"})) or "")
     assert "DEFAULT" in (reindex_reason(old, new(v="int", d_flag="int"), frozenset()) or "")
+    # ... which a backfill through the log serves (sync.backfill), unless columns went too (a RENAME)
+    assert backfilled(old, new(v="int", d_flag="int", b="int"), frozenset()) == {"d_flag"}
+    assert backfilled(old, new(d_flag="int"), frozenset({"v"})) == frozenset()
 
 
 def test_a_rebuild_is_recorded_shown_and_cleared(tmp_path: Any) -> None:
