@@ -114,6 +114,12 @@ class FollowerConfig(_Strict):
         ge=1024 * 1024,
         description="a batch's records at most about this many bytes (sync/batching); default by kind (BATCH_BYTES)",
     )
+    batch_deadline_s: float | None = Field(
+        None,
+        ge=1,
+        description="seconds a batch may go without progress before it is cancelled and the follower restarted; "
+        "default 120 plus a second per MiB of max_batch_bytes (sync/deadline)",
+    )
     sink_attempts: int = Field(
         8, ge=1, description="writes of a batch tried before it fails; the daemon then restarts the follower later"
     )

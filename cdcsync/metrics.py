@@ -53,6 +53,14 @@ FOLLOWER_STATE = Gauge(
     ["follower", "state"],
 )
 RESTARTS = Counter("cdcsync_follower_restarts_total", "Times the supervisor restarted a failed follower", ["follower"])
+BATCH_STALLED_S = Gauge(
+    "cdcsync_batch_stalled_seconds",
+    "Seconds the follower's running batch has made no progress (0 between batches); past its deadline it is cancelled",
+    ["follower"],
+)
+BATCHES_CANCELLED = Counter(
+    "cdcsync_batches_cancelled_total", "Batches cancelled past their deadline without progress", ["follower"]
+)
 
 CAPTURE_HEARTBEAT_AGE = Gauge(
     "cdcsync_capture_heartbeat_age_seconds",

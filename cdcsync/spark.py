@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from cdcsync.driver import connector_jars, driver_java_options, session_jars, uses_s3a
+from cdcsync.sync import deadline
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,6 +37,14 @@ PAGE_ROWS = "200"
 # Keys per IN list that Spark hands to Parquet as one equality per key (its default: 10; a longer list goes as its
 # range): the lists of the warehouse MERGE's key predicate (sync/sinks/delta.py, among).
 IN_CHUNK = 64
+
+
+def result_bound(driver_memory: str) -> str:
+    """A quarter of a JVM memory size such as ``2g`` or ``1536m``, as ``spark.driver.maxResultSize`` (``512m``)."""
+    units = {"k": 1, "m": 1024, "g": 1024**2, "t": 1024**3}  # in KiB
+    text = driver_memory.strip().lower().removesuffix("b")
+    kib = int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text) // 1024
+    return f"{max(kib // 4 // 1024, 64)}m"
 
 
 def default_master() -> str:
@@ -93,6 +102,13 @@ def spark_session(
         # The driver runs every follower (and, locally, the executors): 2 GiB holds three followers' batches
         # of max_batch_bytes each, with their Arrow and Delta MERGE copies (docs/daemon.md, "Memory").
         .config("spark.driver.memory", spark.driver_memory)
+        # Results collected into the driver (a Delta follower's batch, verify's digests) fail fast past a quarter
+        # of its heap, where 1g of a 2g heap could end in an OutOfMemoryError in a task-result-getter thread, and
+        # the collect waiting for those results would wait forever (sync/deadline.py, sync/batching.shrink).
+        .config("spark.driver.maxResultSize", result_bound(spark.driver_memory))
+        # A query told to stop (sync/deadline.py cancels a stalled batch) gives up waiting after this, rather than
+        # waiting forever on a batch thread the JVM cannot free.
+        .config("spark.sql.streaming.stopTimeout", f"{deadline.CANCEL_GRACE_S:.0f}s")
         .config("spark.sql.shuffle.partitions", "4")
         # Adaptive execution runs each shuffle stage of a plan as a job of its own, to re-plan between them. A
         # warehouse MERGE of a few thousand rows ran 19 jobs with it and 14 without, and took ~10% less time in

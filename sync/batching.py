@@ -13,10 +13,19 @@ sampled records, never more than the configured count and never fewer than
 ``MIN_RECORDS``. Every restart samples again, so the limit follows the rows as
 they change. Arrow batches handed to Python are capped in bytes too
 (``spark.sql.execution.arrow.maxBytesPerBatch``, cdcsync.spark).
+
+A sample only sees the records already there: rows that turn wide after the
+start (a backlog of 60 KB rows behind small ones) can still make a batch too
+large. The bytes collected into the driver are bounded as Spark reads them
+(``spark.driver.maxResultSize``, a quarter of the heap): such a batch fails
+at once instead of exhausting the heap, and the follower's next start takes
+a quarter of the records (``shrink``), again if needed, until a batch
+commits.
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 from confluent_kafka import TopicPartition
@@ -36,6 +45,29 @@ def records_per_batch(max_batch_bytes: int, sizes: list[int], configured: int) -
     ordered = sorted(sizes)
     p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
     return max(MIN_RECORDS, min(configured, max_batch_bytes // max(p90, 1)))
+
+
+# A batch whose results the driver refused (spark.driver.maxResultSize, cdcsync.spark): its follower's next start
+# takes a quarter of the records, again after each such failure, until a batch commits (sync.supervisor).
+TOO_LARGE = re.compile(r"spark\.driver\.maxResultSize|Total size of serialized results")
+_shrunk: dict[str, int] = {}  # follower -> the divisor of its record limit
+
+
+def shrink(follower: str, error: str) -> bool:
+    """Whether ``error`` is a batch too large for the driver; if so, the follower's next batches are smaller."""
+    if not TOO_LARGE.search(error):
+        return False
+    _shrunk[follower] = min(_shrunk.get(follower, 1) * 4, 4096)
+    return True
+
+
+def shrunk(follower: str, per_batch: int) -> int:
+    """``per_batch`` as the follower's failures so far allow it."""
+    return max(MIN_RECORDS, per_batch // _shrunk.get(follower, 1)) if follower in _shrunk else per_batch
+
+
+def unshrink(follower: str) -> None:
+    _shrunk.pop(follower, None)
 
 
 def task_options(per_batch: int, cores: int, local: bool) -> dict[str, str]:

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 from cdcsync import lagpage, metrics, systemd
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError
-from cdcsync.sync import reindex_needed
+from cdcsync.sync import deadline, reindex_needed
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.delta_upkeep import Upkeep
 from cdcsync.sync.marker_purge import MarkerPurge
 from cdcsync.sync.position import check_position
 from cdcsync.sync.stream import checkpoint_dir, present_topics, start_query
-from cdcsync.sync.supervisor import Relaunch, Supervisor
+from cdcsync.sync.supervisor import Relaunch, Stuck, Supervisor
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,8 +72,13 @@ def run_once(config: Config, followers: list[FollowerConfig], spark: SparkSessio
         _log_prepared(cfg, prepare)
         queries.append(start_query(spark, config, cfg, build_follower(config, cfg, spark), once=True))
     failed = False
-    for query in queries:
-        query.awaitTermination()
+    for cfg, query in zip(followers, queries, strict=True):
+        while not query.awaitTermination(1):
+            overdue = deadline.overdue(cfg.name)
+            if overdue is not None:  # no batch waits forever (sync.deadline), here neither
+                log.error("follower=%s %s", cfg.name, overdue)
+                query.stop()
+                failed = True
         if query.exception() is not None:
             failed = True
             log.error("query=%s failed: %s", query.name, query.exception())
@@ -137,6 +142,9 @@ class Daemon:
             watchdog.pet()  # only from this loop: a loop that hangs is restarted by systemd
             try:
                 self.supervisor.tick()
+            except Stuck as err:  # a cancelled batch the JVM cannot free: only a new process frees its thread
+                log.critical("%s: exiting 1 for the service manager to restart the daemon", err)
+                os._exit(1)
             except (Py4JError, ConnectionError) as err:  # the driver JVM is gone
                 log.critical(
                     "the Spark driver JVM died (%s): every follower stops; exiting 1 for the service manager to "

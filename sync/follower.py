@@ -38,7 +38,7 @@ from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import BinlogSeq, Change, PoisonRecord, Record, SnapshotLsn, parse_record
 from cdcsync.retry import doubling_honouring_retry_after, raised
-from cdcsync.sync import shape
+from cdcsync.sync import deadline, shape
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.dead_letters import DeadLetters
 from cdcsync.sync.mapping import Row, TableMapping, map_row
@@ -373,6 +373,7 @@ class Follower:
 
     def _settle(self, result: WriteResult, chunk: Chunk, counts: BatchCounts) -> None:
         rows, record_of = chunk
+        deadline.progress(self.name)  # the batch moves (sync.deadline; on an executor, nobody watches)
         counts.count_written(rows, result)
         for row, reason in result.rejected:
             counts.dead_lettered += 1

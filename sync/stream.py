@@ -28,7 +28,7 @@ from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import RetryableError
 from cdcsync.events import Record
 from cdcsync.state import base_dir
-from cdcsync.sync import batching, executors
+from cdcsync.sync import batching, deadline, executors
 from cdcsync.sync.follower import Follower, arrow_records
 from cdcsync.sync.position import check_position, checkpoint_dir, resume_position, start_file
 
@@ -82,7 +82,7 @@ def start_query(
     check_position(config, cfg, topics)
     resumed = resume_position(config, cfg)
     sizes = batching.sample_sizes(config, topics, resumed[0] if resumed else {})
-    per_batch = batching.records_per_batch(cfg.batch_bytes, sizes, cfg.batch_records)
+    per_batch = batching.shrunk(cfg.name, batching.records_per_batch(cfg.batch_bytes, sizes, cfg.batch_records))
     log.info("follower=%s max_records_per_batch=%d sampled=%d", cfg.name, per_batch, len(sizes))
     source = (
         spark.readStream.format("kafka")
@@ -108,24 +108,29 @@ def start_query(
     else:
 
         def batch(df: DataFrame, batch_id: int) -> None:
-            follower.process(batch_id, records_of(df))
+            follower.process(batch_id, records_of(df, cfg.name))
 
     writer = (
         source.load()
         .select("topic", "partition", "offset", "key", "value")
         .writeStream.queryName(f"cdcsync-{cfg.name}")
-        .foreachBatch(batch)
+        .foreachBatch(deadline.watched(cfg.name, deadline.deadline_s(cfg.batch_deadline_s, cfg.batch_bytes), batch))
         .option("checkpointLocation", str(checkpoint_dir(config, cfg)))
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{cfg.trigger_s} seconds")
     return writer.start()
 
 
-def records_of(df: DataFrame) -> Iterator[Record]:
+def records_of(df: DataFrame, follower: str) -> Iterator[Record]:
     """The batch's Kafka records, handed from the JVM to Python as Arrow columns.
 
     Arrow moves whole columns at once, where ``collect()`` pickles every row
     and builds a ``Row`` object per record; on a batch of 50k records the
-    hand-off drops from over a second to a fraction of one.
+    hand-off drops from over a second to a fraction of one. The results'
+    bytes are bounded by ``spark.driver.maxResultSize`` (``cdcsync.spark``):
+    a batch past it fails at once, and the follower's next start takes
+    fewer records (``sync.batching.shrink``).
     """
-    return arrow_records(df.toArrow().to_batches())
+    table = df.toArrow()
+    deadline.progress(follower)
+    return arrow_records(table.to_batches())

@@ -21,7 +21,9 @@ after a restart (a poison record that cannot be dead-lettered). A first
 state      meaning
 ========== ==============================================================
 starting   its query is being built (sink opened, position checked)
-running    its query is active
+running    its query is active; a batch that makes no progress past its
+           deadline (``sync.deadline``) is cancelled, and the follower
+           restarts as after any failure
 restarting it failed; the next start is due at ``next_start``
 stopped    a fault a restart cannot fix; ``reason`` says which and what to do
 ========== ==============================================================
@@ -40,6 +42,7 @@ from typing import Any
 from cdcsync import metrics
 from cdcsync.config import FollowerConfig
 from cdcsync.errors import FatalError
+from cdcsync.sync import batching, deadline
 
 log = logging.getLogger("cdcsync.supervisor")
 
@@ -50,6 +53,10 @@ STATES = ("starting", "running", "restarting", "stopped")
 # The root of a Python exception raised inside a batch, as the query's exception text carries it.
 _OUR_ERROR = re.compile(r"cdcsync\.[\w.]*(Error|Record): ")
 _FATAL_IN_BATCH = re.compile(r"cdcsync\.[\w.]*\.(FatalError|PositionError|ConfigError): ")
+
+
+class Stuck(Exception):  # noqa: N818  (an instruction, not an error)
+    """Raised by ``tick``: a cancelled batch holds a thread the JVM cannot free; its process must start again."""
 
 
 class Relaunch(Exception):  # noqa: N818  (an instruction, not an error)
@@ -135,6 +142,8 @@ class Supervisor:
                 problems.append(f"follower {c.name} restarting (restart {c.restarts + 1}): {c.reason}")
             elif c.state != "running":
                 problems.append(f"follower {c.name} {c.state}: {c.reason}")
+            elif (slow := deadline.slow(c.name)) is not None:
+                problems.append(slow)
         return not problems, problems
 
     def _launch(self, child: Child) -> None:
@@ -152,10 +161,15 @@ class Supervisor:
     def _watch(self, child: Child) -> None:
         query = child.query
         if query.isActive:
+            overdue = deadline.overdue(child.name)
+            if overdue is not None:
+                self._cancel(child, overdue)
+                return
             # lastProgress walks Spark's progress object over py4j, key by key: only when it matters.
             progress = query.lastProgress if child.failures_in_row else None
             if progress and progress["batchId"] != child.started_batch:
                 child.failures_in_row = 0  # it committed a batch since its restart: the fault has passed
+                batching.unshrink(child.name)
             return
         error = query.exception()
         if error is None:  # stopped without an error: only ``--once`` queries end by themselves
@@ -164,6 +178,26 @@ class Supervisor:
             return
         text = str(error)
         self._failed(child, text, text, in_batch=True)
+
+    def _cancel(self, child: Child, why: str) -> None:
+        """Stop a query whose batch is past its deadline (Spark cancels the batch's jobs), then restart it later.
+
+        A stop that does not return within ``deadline.CANCEL_GRACE_S`` leaves a
+        thread the JVM cannot free: ``Stuck`` asks the daemon to start its
+        process again.
+        """
+        log.error("follower=%s %s", child.name, why)
+        metrics.BATCHES_CANCELLED.labels(child.name).inc()
+        stopped: list[bool] = []
+        stopper = threading.Thread(
+            target=_stop_quietly, args=(child.query, stopped), name=f"cdcsync-cancel-{child.name}", daemon=True
+        )
+        stopper.start()
+        stopper.join(deadline.CANCEL_GRACE_S + 5)  # the query's own stopTimeout is CANCEL_GRACE_S (cdcsync.spark)
+        deadline.end(child.name)
+        if not stopped:
+            raise Stuck(f"follower {child.name}: {why}, and its query did not stop in {deadline.CANCEL_GRACE_S:.0f} s")
+        self._failed(child, why, why)
 
     def _check_position(self, child: Child) -> None:
         assert self._check is not None
@@ -181,6 +215,8 @@ class Supervisor:
 
     def _failed(self, child: Child, error: BaseException | str, text: str, in_batch: bool = False) -> None:
         reason = _reason(text) or type(error).__name__
+        if batching.shrink(child.name, text):
+            reason = f"a batch too large for the driver ({reason}); the next takes fewer records"
         if permanent(error) and (not in_batch or child.failures_in_row >= 1):
             child.reason = _fatal_line(text) or reason
             self._set(child, "stopped")
@@ -203,6 +239,14 @@ class Supervisor:
         child.state = state
         for s in STATES:
             metrics.FOLLOWER_STATE.labels(child.name, s).set(1 if s == state else 0)
+
+
+def _stop_quietly(query: Any, stopped: list[bool]) -> None:
+    try:
+        query.stop()
+        stopped.append(True)
+    except Exception as err:  # spark.sql.streaming.stopTimeout passed: its batch thread is still there
+        log.warning("query %s did not stop: %s", getattr(query, "name", "?"), str(err).splitlines()[0][:300])
 
 
 def _reason(text: str) -> str:

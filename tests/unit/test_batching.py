@@ -53,3 +53,18 @@ def test_a_full_batch_takes_two_tasks_per_core_locally_and_a_small_one_one() -> 
 
 def test_on_a_cluster_a_batch_takes_one_task_per_executor_core() -> None:
     assert task_options(122_016, cores=8, local=False) == {"minPartitions": "8"}
+
+
+def test_the_driver_takes_a_quarter_of_its_heap_in_results() -> None:
+    from cdcsync.spark import result_bound
+
+    assert [result_bound(m) for m in ("2g", "2G", "1536m", "8g", "256m", "1t")] == [
+        "512m", "512m", "384m", "2048m", "64m", "262144m",
+    ]  # fmt: skip
+
+
+def test_a_deadline_is_derived_from_the_batch_bytes_unless_configured() -> None:
+    from cdcsync.sync.deadline import deadline_s
+
+    assert deadline_s(None, 64 * 1024 * 1024) == 120 + 64
+    assert deadline_s(15.0, 64 * 1024 * 1024) == 15.0

@@ -210,3 +210,76 @@ def test_a_batch_that_gave_up_on_its_sink_counts_the_retries_its_error_reports()
     count_failed_retries("retry-count-test", error)
     count_failed_retries("retry-count-test", "an error that is not the sink's")
     assert counter._value.get() - before == 7
+
+
+class Unstoppable(Query):
+    """A query whose batch thread the JVM cannot free: stop() never returns in time."""
+
+    def stop(self) -> None:
+        raise RuntimeError("java.util.concurrent.TimeoutException: Stream Execution thread failed to stop")
+
+
+def test_a_batch_past_its_deadline_is_named_cancelled_and_its_follower_restarted_alone(clock: Clock) -> None:
+    from cdcsync.sync import deadline
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(deadline.time, "monotonic", lambda: clock.now)
+    try:
+        queries = {"warehouse": Query(), "search": Query()}
+        s = Supervisor([follower("warehouse"), follower("search")], lambda cfg: (queries[cfg.name], []))
+        s.start_all()
+        deadline.begin("warehouse", 7, 100.0)
+        clock.now += 61  # a minute without progress: named, not yet cancelled
+        s.tick()
+        ok, problems = s.health()
+        assert not ok and problems == [
+            "follower warehouse behind and not applying: batch 7 made no progress for 61 s (cancelled at 100 s)"
+        ]
+        clock.now += 40  # past the deadline
+        s.tick()
+        warehouse, search = s.children
+        assert not queries["warehouse"].isActive and warehouse.state == "restarting", warehouse
+        assert "batch 7 made no progress for 101 s (deadline 100 s)" in warehouse.reason
+        assert search.state == "running" and queries["search"].isActive  # the other follower never noticed
+        assert deadline.stalled("warehouse") is None  # the cancelled batch is no longer watched
+    finally:
+        monkey.undo()
+        deadline.end("warehouse")
+
+
+def test_a_cancelled_batch_whose_query_cannot_stop_asks_for_a_new_process(clock: Clock) -> None:
+    from cdcsync.sync import deadline
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(deadline.time, "monotonic", lambda: clock.now)
+    try:
+        s = Supervisor([follower("warehouse")], lambda cfg: (Unstoppable(), []))
+        s.start_all()
+        deadline.begin("warehouse", 3, 10.0)
+        clock.now += 11
+        with pytest.raises(sup.Stuck, match="batch 3 made no progress"):
+            s.tick()
+    finally:
+        monkey.undo()
+        deadline.end("warehouse")
+
+
+def test_a_batch_too_large_for_the_driver_makes_the_next_start_take_fewer_records(clock: Clock) -> None:
+    from cdcsync.sync import batching
+
+    query = Query()
+    s = Supervisor([follower("warehouse")], lambda cfg: (query, []))
+    s.start_all()
+    query.fail(
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Total size of serialized results of 3 "
+        "tasks (600.0 MiB) is bigger than spark.driver.maxResultSize (512.0 MiB)"
+    )
+    s.tick()
+    assert "too large for the driver" in s.children[0].reason
+    assert batching.shrunk("warehouse", 100_000) == 25_000
+    query.fail("Total size of serialized results of 1 tasks is bigger than spark.driver.maxResultSize")
+    s.children[0].state = "running"
+    s.tick()
+    assert batching.shrunk("warehouse", 100_000) == 100_000 // 16 and batching.shrunk("search", 1000) == 1000
+    batching.unshrink("warehouse")
+    assert batching.shrunk("warehouse", 100_000) == 100_000
