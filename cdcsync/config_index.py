@@ -14,7 +14,7 @@ from cdcsync.config_base import Strict as _Strict
 
 # The fields of an Elasticsearch document that cdcsync writes itself (sync/sinks/elasticsearch_fields.py): the version,
 # and a delete marker's flag and time. Its readers, its apply rule and the marker purge rely on them as they are.
-INDEX_OWN_FIELDS = ("cdcsync_version", "cdcsync_deleted", "cdcsync_deleted_at")
+INDEX_OWN_FIELDS = ("cdcsync_version", "cdcsync_deleted", "cdcsync_deleted_at", "cdcsync_key")
 # Index settings that have a key of their own in `index:`: one place each, so a change is seen and applied.
 INDEX_COUNTS = {"index.number_of_shards": "shards", "index.number_of_replicas": "replicas"}
 
@@ -41,8 +41,8 @@ class IndexMappings(_Strict):
         default_factory=dict,
         description="field -> its Elasticsearch mapping (`{type: text, analyzer: folded}`), instead of the one "
         "cdcsync derives from the column's type. A new field is added to a live index in place; a changed one "
-        "(type, analyzer) is reported and takes `cdcsync reindex`. cdcsync_version, cdcsync_deleted and "
-        "cdcsync_deleted_at are cdcsync's own and refused",
+        "(type, analyzer) is reported and takes `cdcsync reindex`. cdcsync_version, cdcsync_deleted, "
+        "cdcsync_deleted_at and cdcsync_key are cdcsync's own and refused",
     )
 
     @field_validator("properties")

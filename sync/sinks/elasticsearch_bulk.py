@@ -3,7 +3,8 @@
 A row is one ``index`` action at its version with ``version_type=external`` (the apply rule, in
 ``sinks/elasticsearch.py``'s docstring). Its source is the document in stored form (``stored_form``) with
 ``cdcsync_version`` and ``cdcsync_deleted``; a delete's is a marker (``elasticsearch_markers``). A row that cannot
-be sent (no JSON form, a reserved field, an id over ``MAX_ID_BYTES``) is rejected before any request. A request
+be sent (no JSON form, a reserved field) is rejected before any request; an id past Elasticsearch's 512 bytes is
+stored under a digest of it (``elasticsearch_fields.stored_id``). A request
 holds at most ``CHUNK_ROWS`` rows and ``CHUNK_BYTES``; one the server finds too large (413) is split in halves,
 down to a lone document, which is rejected. Each item's answer is taken as ``elasticsearch_errors.classify_item``
 says; one not about its row stops the batch with the error the sink makes of it (``Refused``). A dropped column
@@ -24,7 +25,7 @@ from cdcsync.errors import Errors, RetryableError
 from cdcsync.sync.mapping import Row, scalar_text
 from cdcsync.sync.sink import WriteResult
 from cdcsync.sync.sinks.elasticsearch_errors import TooLarge, classify_item, reason
-from cdcsync.sync.sinks.elasticsearch_fields import OWN_FIELDS, VERSION_FIELD
+from cdcsync.sync.sinks.elasticsearch_fields import KEY_FIELD, OWN_FIELDS, VERSION_FIELD, stored_id
 from cdcsync.sync.sinks.elasticsearch_markers import DELETED_AT_FIELD, DELETED_FIELD
 from cdcsync.sync.sinks.elasticsearch_reads import PAGE
 
@@ -34,7 +35,6 @@ NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 # What send reads of a bulk answer: per item its status and error. The whole answer is ~200 bytes per
 # document (index, id, version, shards, seq_no ...), which Elasticsearch writes and the client parses.
 BULK_ANSWER = "items.*.status,items.*.error"
-MAX_ID_BYTES = 512  # longer: ES fails the WHOLE bulk request (action_request_validation_exception)
 
 Chunk = list[tuple[Row, bytes, bytes]]  # rows with their action and source lines
 Where = Callable[[str], tuple[str, bool]]  # target -> (the index its rows go to, whether it must be an alias)
@@ -67,20 +67,19 @@ def encode(row: Row, marked_at: int, index: str, require_alias: bool) -> tuple[b
     """The row's action and source lines: written to ``index``, refused unless it is an alias if ``require_alias``."""
     # require_alias: if the alias vanished, fail instead of auto-creating an unmapped index.
     # A staged index is written by its concrete name; it exists, stage() created it.
-    id_bytes = len(row.doc_id.encode())  # a lone surrogate raises here too (UnicodeEncodeError)
-    if id_bytes > MAX_ID_BYTES:
-        raise ValueError(f"document id of {id_bytes} bytes; elasticsearch takes at most {MAX_ID_BYTES} bytes")
-    ident = {"_index": index, "_id": row.doc_id, "require_alias": require_alias}
+    ident = {"_index": index, "_id": stored_id(row.doc_id), "require_alias": require_alias}
     action = {"index": {**ident, "version": row.version, "version_type": "external"}}
     if row.doc is None:
         source: dict[str, Any] = {DELETED_FIELD: True, VERSION_FIELD: row.version, DELETED_AT_FIELD: marked_at}
     else:
         source = stored_form(row.doc)
-        if VERSION_FIELD in source or DELETED_FIELD in source or DELETED_AT_FIELD in source:
+        if any(field in source for field in OWN_FIELDS):
             raise ValueError(f"fields {', '.join(OWN_FIELDS)} are reserved for cdcsync")
         if any(isinstance(v, float) and not math.isfinite(v) for v in source.values()):
             raise ValueError("NaN and Infinity have no JSON form")  # orjson would write null
         source[VERSION_FIELD], source[DELETED_FIELD] = row.version, False
+    if ident["_id"] is not row.doc_id:  # a long id, stored under its digest: the document keeps it whole
+        source[KEY_FIELD] = row.doc_id
     # orjson: a tenth of json's time per document; a lone surrogate raises (TypeError), as it should.
     return orjson.dumps(action), orjson.dumps(source)
 

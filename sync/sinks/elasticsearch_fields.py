@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -12,7 +13,25 @@ from cdcsync.sync.sinks.elasticsearch_markers import DELETED_AT_FIELD, DELETED_A
 
 # The fields cdcsync writes in every document itself (the row's version, and the delete marker's): no row may hold them.
 VERSION_FIELD = "cdcsync_version"
-OWN_FIELDS = (VERSION_FIELD, DELETED_FIELD, DELETED_AT_FIELD)  # cdcsync.config.INDEX_OWN_FIELDS
+# A row whose id is longer than Elasticsearch's _id takes (MAX_ID_BYTES) is stored under a digest of it (stored_id),
+# with the whole id in this field: stored only, neither indexed nor in doc values (no length limit).
+KEY_FIELD = "cdcsync_key"
+KEY_MAPPING: dict[str, Any] = {"type": "keyword", "index": False, "doc_values": False}
+OWN_FIELDS = (VERSION_FIELD, DELETED_FIELD, DELETED_AT_FIELD, KEY_FIELD)  # cdcsync.config.INDEX_OWN_FIELDS
+MAX_ID_BYTES = 512  # longer: ES fails the WHOLE bulk request (action_request_validation_exception)
+LONG_ID = "cdcsync-sha256:"  # the _id of a row whose id is longer: this and its id's SHA-256 in hex
+
+
+def stored_id(doc_id: str) -> str:
+    """The ``_id`` a row's id is stored under: itself, or when past ``MAX_ID_BYTES`` a digest of it (deterministic,
+    so every write, delete, repair and reindex of that row finds the same document).
+
+    A lone surrogate raises ``UnicodeEncodeError``: no JSON text holds one."""
+    encoded = doc_id.encode()
+    if len(encoded) <= MAX_ID_BYTES:
+        return doc_id
+    return LONG_ID + hashlib.sha256(encoded).hexdigest()
+
 
 # Column type (sync.mapping.TYPES) -> field mapping. Types missing here stay dynamic.
 # A decimal is a double (range queries, sorting, aggregations) with its exact digits in ``<field>.exact``
@@ -112,5 +131,5 @@ def by_target(mappings: Sequence[TableMapping]) -> dict[str, dict[str, Any]]:
 
 
 def with_own_fields(mapping: TableMapping) -> dict[str, Any]:
-    own = {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}}
+    own = {VERSION_FIELD: {"type": "long"}, DELETED_FIELD: {"type": "boolean"}, KEY_FIELD: KEY_MAPPING}
     return properties(mapping, {**own, DELETED_AT_FIELD: DELETED_AT_MAPPING})

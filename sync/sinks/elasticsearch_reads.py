@@ -20,8 +20,10 @@ from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.errors import Errors
 from cdcsync.sync.sink import batched
-from cdcsync.sync.sinks.elasticsearch_fields import VERSION_FIELD
+from cdcsync.sync.sinks.elasticsearch_fields import KEY_FIELD, VERSION_FIELD, stored_id
 from cdcsync.sync.sinks.elasticsearch_markers import DELETED_FIELD, HIDE_MARKERS
+
+HIDDEN = (VERSION_FIELD, DELETED_FIELD, KEY_FIELD)  # cdcsync's own fields, left out of what a read returns
 
 PAGE = 1000
 SCAN_BYTES = 8 * 1024 * 1024  # a scan page's documents, about, past its first
@@ -62,8 +64,7 @@ def scan(client: Elasticsearch, index: str, staged: bool, errors: Errors) -> Ite
             pages = _at_once([_pages(client, pit, {"id": n, "max": ways}, errors) for n in range(ways)])
         for hits in pages:
             for hit in hits:
-                doc = {k: v for k, v in hit["_source"].items() if k not in (VERSION_FIELD, DELETED_FIELD)}
-                yield hit["_id"], hit["_version"], doc
+                yield _read(hit, hit["_source"])
     finally:
         # Best effort: an unclosed point in time expires by itself after its keep_alive.
         with suppress(ApiError, TransportConnectionError, ConnectionTimeout):
@@ -152,10 +153,16 @@ def lookup(
     """The live documents of these ids in ``index`` (real-time gets, ``PAGE`` ids a request)."""
     for chunk in batched(ids, PAGE):
         with errors("get documents"):
-            found = client.mget(index=index, ids=list(chunk), realtime=True)["docs"]
+            found = client.mget(index=index, ids=[stored_id(i) for i in chunk], realtime=True)["docs"]
         for hit in found:
             source = hit.get("_source")
             if not hit.get("found") or source is None or source.get(DELETED_FIELD):
                 continue
-            doc = {k: v for k, v in source.items() if k not in (VERSION_FIELD, DELETED_FIELD)}
-            yield hit["_id"], hit["_version"], doc
+            yield _read(hit, source)
+
+
+def _read(hit: dict[str, Any], source: dict[str, Any]) -> tuple[str, int, dict[str, Any]]:
+    """A hit as ``(id, version, doc)``: the row's id (kept whole in ``KEY_FIELD`` when longer than an ``_id``
+    takes), without cdcsync's own fields."""
+    doc = {k: v for k, v in source.items() if k not in HIDDEN}
+    return source.get(KEY_FIELD, hit["_id"]), hit["_version"], doc

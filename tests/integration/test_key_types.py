@@ -5,7 +5,8 @@ replayed by ``bootstrap --from topics``) and from driver values when read
 from the database (``bootstrap --from source``, ``verify``). Both must give
 the same id, or a row gets two documents and a streamed delete removes only
 one of them. Each table here is keyed by one type: date, timestamp (with and
-without zone), time, decimal, bytes, uuid, and a composite text + date.
+without zone), time, decimal, bytes, uuid, a composite text + date, and
+text longer than the 512 bytes an Elasticsearch ``_id`` takes.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ POSTGRES: dict[str, tuple[str, list[str]]] = {
     "b": ("k bytea", ["'\\x00ff10'::bytea", "'\\x7c'::bytea", "'\\xdeadbeef'::bytea"]),
     "u": ("k uuid", [*UUIDS, "gen_random_uuid()"]),
     "c": ("a text, k date", ["'x|y', '2024-02-29'", "'x', '2024-03-01'", "'y\\', '2024-02-29'"]),
+    # keys past the 512 bytes an Elasticsearch _id takes (a URL as the key): stored under a digest, kept whole
+    "url": ("k text", ["repeat('https://example.org/a/', 40)", "repeat('é', 300)", "'short'"]),
 }
 MARIADB: dict[str, tuple[str, list[str]]] = {
     "d": ("k DATE", ["'2024-02-29'", "'1999-12-31'", "'1000-01-01'"]),
@@ -48,6 +51,7 @@ MARIADB: dict[str, tuple[str, list[str]]] = {
     "u": ("k UUID", [*UUIDS, "UUID()"]),
     "u36": ("k CHAR(36)", [*UUIDS, "UUID()"]),  # a uuid kept as text: its id is the text, case included
     "c": ("a VARCHAR(20), k DATE", ["'x|y', '2024-02-29'", "'x', '2024-03-01'", "'y\\\\', '2024-02-29'"]),
+    "url": ("k VARCHAR(700)", ["REPEAT('https://example.org/a/', 30)", "REPEAT('é', 300)", "'short'"]),
 }
 ROWS = 3
 

@@ -95,7 +95,7 @@ def test_a_field_mapping_may_not_redefine_cdcsyncs_own_fields(tmp_path: Path, fi
         es(mappings={"public.items": {"index": {"mappings": {"properties": {field: {"type": "keyword"}}}}}}),
     )
     assert "followers[0].mappings.public.items.index.mappings.properties" in text
-    assert f"{field}: cdcsync writes cdcsync_version, cdcsync_deleted, cdcsync_deleted_at itself" in text
+    assert f"{field}: cdcsync writes cdcsync_version, cdcsync_deleted, cdcsync_deleted_at, cdcsync_key itself" in text
 
 
 def test_counts_in_free_form_settings_empty_field_mappings_and_bad_counts_are_refused(tmp_path: Path) -> None:

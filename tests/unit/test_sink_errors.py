@@ -201,13 +201,37 @@ def test_an_elasticsearch_item_error_about_its_row_rejects_that_row(
     assert result.rejected[0][1].startswith(error["type"])
 
 
-def test_an_id_elasticsearch_cannot_take_is_rejected_before_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_id_longer_than_elasticsearch_takes_is_stored_under_its_digest_and_kept_whole() -> None:
     # ES refuses an id over 512 bytes for the WHOLE bulk request (action_request_validation_exception).
-    batch = rows(3)
-    batch[1].doc_id = "é" * 257  # 514 bytes
-    result = es_answering(monkeypatch, [{"status": 201}, {"status": 201}]).write(1, batch)
-    assert (result.applied, [row.doc_id for row, _ in result.rejected]) == (2, [batch[1].doc_id])
-    assert "512 bytes" in result.rejected[0][1]
+    import orjson
+
+    from cdcsync.sync.sinks.elasticsearch_bulk import encode
+    from cdcsync.sync.sinks.elasticsearch_fields import KEY_FIELD, stored_id
+
+    row = rows(1)[0]
+    for long_id in ("é" * 257, "u" * 513, "x" * 100_000):  # 514, 513, 100,000 bytes
+        row.doc_id = long_id
+        action, source = (orjson.loads(line) for line in encode(row, 0, "idx", False))
+        assert action["index"]["_id"] == stored_id(long_id) and len(action["index"]["_id"].encode()) <= 512
+        assert source[KEY_FIELD] == long_id
+    assert stored_id("é" * 256) == "é" * 256  # 512 bytes: itself
+    assert stored_id("a" * 600) != stored_id("a" * 601)
+    row.doc_id = "k"
+    assert KEY_FIELD not in orjson.loads(encode(row, 0, "idx", False)[1])
+    row.doc_id = "\ud800" * 300  # a lone surrogate has no UTF-8 form: refused as before
+    with pytest.raises(UnicodeEncodeError):
+        encode(row, 0, "idx", False)
+
+
+def test_a_read_returns_a_long_id_whole_and_without_the_field_holding_it() -> None:
+    from cdcsync.sync.sinks.elasticsearch_fields import KEY_FIELD, stored_id
+    from cdcsync.sync.sinks.elasticsearch_reads import _read
+
+    long_id = "u" * 600
+    hit = {"_id": stored_id(long_id), "_version": 7}
+    source = {"v": 1, "cdcsync_version": 7, "cdcsync_deleted": False, KEY_FIELD: long_id}
+    assert _read(hit, source) == (long_id, 7, {"v": 1})
+    assert _read({"_id": "3", "_version": 2}, {"v": 2, "cdcsync_version": 2}) == ("3", 2, {"v": 2})
 
 
 def test_elasticsearch_classification_of_plain_answers() -> None:
