@@ -376,6 +376,27 @@ def _far_loader(name: str, latest: Any, earliest: Any) -> type[Loader]:
     return FarLoader
 
 
+def _day_end_loader(name: str) -> type[Loader]:
+    """psycopg's loader of ``name`` (time, timetz), but ``24:00:00``, which Postgres takes and Python's ``time``
+    cannot hold, read as ``00:00:00``: what Debezium sends for it (docs/types.md, "Known gaps")."""
+    found = postgres.adapters.get_loader(postgres.types[name].oid, Format.TEXT)
+    if found is None:
+        raise RuntimeError(f"psycopg has no loader of {name}")
+    base: type[LoaderType] = found
+
+    class DayEndLoader(Loader):
+        def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+            super().__init__(oid, context)
+            self._base = base(oid, context)
+
+        def load(self, data: Any) -> Any:
+            if bytes(data[:2]) == b"24":
+                data = b"00" + bytes(data[2:])
+            return self._base.load(data)
+
+    return DayEndLoader
+
+
 _LOADERS: dict[str, type[Loader]] = {
     # JSON as its text, as MariaDB's driver returns it: decoded here, a JSON string value could not be told
     # from JSON text by canonical_value.
@@ -391,4 +412,6 @@ _LOADERS: dict[str, type[Loader]] = {
     "timestamp": _far_loader("timestamp", LATEST.replace(tzinfo=None), EARLIEST.replace(tzinfo=None)),
     "timestamptz": _far_loader("timestamptz", LATEST, EARLIEST),
     "date": _far_loader("date", date.max, date.min),
+    "time": _day_end_loader("time"),
+    "timetz": _day_end_loader("timetz"),
 }

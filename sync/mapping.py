@@ -248,7 +248,7 @@ def scalar_text(value: Any) -> str | None:
 
 def fingerprint(doc: Mapping[str, Any]) -> str:
     """A stable text form of a canonical document, for hashing and comparing across stores."""
-    return json.dumps(doc, sort_keys=True, default=_plain, separators=(",", ":"))
+    return json.dumps(doc, sort_keys=True, default=plain, separators=(",", ":"))
 
 
 def fingerprint_bytes(doc: Mapping[str, Any]) -> bytes:
@@ -257,13 +257,14 @@ def fingerprint_bytes(doc: Mapping[str, Any]) -> bytes:
     integer past 64 bits: a document whose bytes hold a null is fingerprinted the slow way (``verify``
     leaves None out of a document, so a null is rare)."""
     try:
-        text = orjson.dumps(doc, default=_plain, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME)
+        text = orjson.dumps(doc, default=plain, option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME)
     except TypeError:  # orjson.JSONEncodeError is one
         return fingerprint(doc).encode()
     return fingerprint(doc).encode() if b"null" in text else text
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A value JSON has no form for as the text a fingerprint (and a stored JSON value) holds."""
     if isinstance(value, Decimal):
         return decimal_text(value)
     if isinstance(value, datetime):

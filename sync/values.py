@@ -327,7 +327,8 @@ def canonical_value(value: Any, kind: str | None, width: int | None = None) -> A
         seconds = value.total_seconds()
         return time(int(seconds // 3600), int(seconds % 3600 // 60), int(seconds % 60), value.microseconds)
     if kind == "time" and isinstance(value, time) and value.tzinfo:
-        return value.replace(tzinfo=None)
+        # A timetz: Debezium sends it moved to UTC (ZonedTime, "10:15:30Z"), as the stores hold it.
+        return datetime.combine(date(2000, 1, 3), value).astimezone(UTC).time()
     if kind == "json" and isinstance(value, str):
         return json.loads(value)
     if kind == "bytes" and isinstance(value, memoryview | bytearray):

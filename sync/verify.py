@@ -59,7 +59,7 @@ from cdcsync.sync.sinks import sink_class
 from cdcsync.sync.verify_process import PROCESS_BYTES, pairs_from_process
 from cdcsync.sync.verify_recheck import PAUSES_S as PAUSES_S  # verify's parts, re-exported
 from cdcsync.sync.verify_recheck import recheck as recheck
-from cdcsync.sync.verify_report import KIND_BYTE, KINDS, LISTED
+from cdcsync.sync.verify_report import EXAMPLES, KIND_BYTE, KINDS, LISTED
 from cdcsync.sync.verify_report import TableReport as TableReport
 from cdcsync.sync.verify_spill import Spill, compare_parts
 
@@ -108,8 +108,43 @@ def verify_follower(
                 recheck(report, partial(look, source, table, mapping, sink), pauses, differing, pace)
             finally:
                 differing.close()
+                for side in (expected, held):  # a side left half read (the other failed) holds its cursor open,
+                    close = getattr(side, "close", None)  # and a source transaction with it, until closed
+                    if close is not None:
+                        close()
+        if report.stale:
+            report.differing = describe(source, table, mapping, sink, report.stale[:EXAMPLES])
         reports.append(report)
     return reports
+
+
+def describe(
+    source: SourceConfig, table: TableRef, mapping: TableMapping, sink: Sink, ids: Collection[str]
+) -> dict[str, dict[str, list[Any]]]:
+    """For each of ``ids`` (stale rows), each field whose stored form differs: ``[source's, store's]``, each as
+    JSON has it or as its text. Empty for a row that agrees now (it moved since) or that cannot be read back."""
+    if not readable(mapping):
+        return {}
+    there = {
+        ident: sink.stored_form(canonical_doc(row, mapping)) for ident, row in rows_of(source, table, mapping, ids)
+    }
+    found: dict[str, dict[str, list[Any]]] = {}
+    for ident, _version, held in sink.lookup(mapping.target, ids):
+        expected = there.get(ident)
+        if expected is None:
+            continue
+        fields = {
+            name: [_shown(expected.get(name)), _shown(held.get(name))]
+            for name in sorted(set(expected) | set(held))
+            if digest({name: expected.get(name)}) != digest({name: held.get(name)})
+        }
+        if fields:
+            found[ident] = fields
+    return found
+
+
+def _shown(value: Any) -> Any:
+    return value if value is None or isinstance(value, str | int | float | bool) else str(value)
 
 
 def both_sides(

@@ -27,6 +27,9 @@ class TableReport:
     missing_count: int = 0
     extra_count: int = 0
     stale_count: int = 0
+    # the first EXAMPLES stale ids -> each field that differs -> [the source's value, the store's], as text where
+    # the value has no JSON form (``sync.verify.describe``)
+    differing: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:

@@ -71,6 +71,9 @@ def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_
                 ids, count = getattr(r, kind), getattr(r, f"{kind}_count")
                 if ids:
                     click.echo(f"    {kind}: {', '.join(ids[:5])}{' ...' if count > 5 else ''}")
+            for ident, fields in r.differing.items():  # what differs in the first stale rows, source vs store
+                shown = "; ".join(f"{name}: {there!r} != {held!r}" for name, (there, held) in fields.items())
+                click.echo(f"    {ident}: {shown[:500]}")
     if not all(r.clean for r in reports):
         ctx.exit(1)
 

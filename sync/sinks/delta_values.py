@@ -35,7 +35,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from cdcsync.spark import IN_CHUNK
 from cdcsync.sync.far_time import date_of_days, days_of, micros_of, timestamp_of_micros
-from cdcsync.sync.mapping import Row
+from cdcsync.sync.mapping import Row, plain
 from cdcsync.sync.values import EXACT, decimal_text
 
 STRING, BIGINT, BOOLEAN, TIMESTAMP = T.StringType(), T.LongType(), T.BooleanType(), T.TimestampType()
@@ -226,8 +226,8 @@ def stored(value: Any) -> Any:
         return utc(value)
     if isinstance(value, time):
         return value.isoformat()
-    if isinstance(value, dict | list | tuple):
-        return json.dumps(value, sort_keys=True)
+    if isinstance(value, dict | list | tuple):  # a numeric[] read from the source holds Decimals: their digits
+        return json.dumps(value, sort_keys=True, default=plain)
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     return value

@@ -282,3 +282,23 @@ def test_fingerprint_bytes_tell_documents_apart_exactly_as_fingerprint_does() ->
     for a in docs:
         for b in docs:
             assert (fingerprint(a) == fingerprint(b)) == (fingerprint_bytes(a) == fingerprint_bytes(b)), (a, b)
+
+
+def test_a_time_with_its_zone_is_compared_in_utc_as_debezium_sends_it() -> None:
+    from datetime import time, timedelta, timezone
+
+    from cdcsync.sync.values import canonical_value
+
+    plus2, minus3 = timezone(timedelta(hours=2)), timezone(timedelta(hours=-3))
+    assert canonical_value(time(13, 45, 30, 123456, tzinfo=plus2), "time") == time(11, 45, 30, 123456)
+    assert canonical_value(time(0, 30, tzinfo=plus2), "time") == time(22, 30)  # wraps past midnight
+    assert canonical_value(time(23, 30, tzinfo=minus3), "time") == time(2, 30)
+    assert canonical_value(time(13, 45), "time") == time(13, 45)  # a time of day stays as it is
+
+
+def test_a_numeric_array_from_the_source_has_a_stored_form_in_the_warehouse() -> None:
+    from decimal import Decimal
+
+    from cdcsync.sync.sinks.delta_values import stored
+
+    assert stored([Decimal("1.50"), None, Decimal("-2")]) == '["1.5", null, "-2"]'
