@@ -341,60 +341,57 @@ def _postgres(source: SourceConfig) -> Iterator[psycopg.Connection]:
         yield conn
 
 
+def _wrapped_loader(name: str, load: Callable[[LoaderType, Any], Any]) -> type[Loader]:
+    """A loader of ``name`` whose ``load(base, data)`` gets psycopg's own loader of the type to do the work (its
+    C one, with psycopg's binary package: a verify spent a tenth of its time parsing timestamps in the
+    pure-Python one a loader once derived from, which C types cannot be)."""
+    found = postgres.adapters.get_loader(postgres.types[name].oid, Format.TEXT)
+    if found is None:
+        raise RuntimeError(f"psycopg has no loader of {name}")
+    base: type[LoaderType] = found
+
+    class Wrapped(Loader):
+        def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+            super().__init__(oid, context)
+            self._base = base(oid, context)
+
+        def load(self, data: Any) -> Any:
+            return load(self._base, data)
+
+    return Wrapped
+
+
 def _far_loader(name: str, latest: Any, earliest: Any) -> type[Loader]:
     """psycopg's loader of ``name``, but 'infinity' read as the stores hold it (sync.mapping), and a value Python
     cannot hold read as its text.
 
     psycopg refuses both (``DataError``: "timestamp too large (after year 10K)", BC dates), which ended a
-    ``verify`` in a traceback; as text, such a row is reported like any other that differs. The loader
-    psycopg has for the type (its C one, with psycopg's binary package) does the work: a verify spent a
-    tenth of its time parsing timestamps in the pure-Python one this once derived from, which C types
-    cannot be.
+    ``verify`` in a traceback; as text, such a row is reported like any other that differs.
     """
-    found = postgres.adapters.get_loader(postgres.types[name].oid, Format.TEXT)
-    if found is None:
-        raise RuntimeError(f"psycopg has no loader of {name}")
-    base: type[LoaderType] = found
 
-    class FarLoader(Loader):
-        def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
-            super().__init__(oid, context)
-            self._base = base(oid, context)
+    def load(base: LoaderType, data: Any) -> Any:
+        if data[0] in FAR_FIRST:  # 'infinity', '-infinity': a date or timestamp starts with a digit
+            text = bytes(data)
+            if text == b"infinity":
+                return latest
+            if text == b"-infinity":
+                return earliest
+        try:
+            return base.load(data)
+        except psycopg.DataError:
+            return bytes(data).decode()
 
-        def load(self, data: Any) -> Any:
-            if data[0] in FAR_FIRST:  # 'infinity', '-infinity': a date or timestamp starts with a digit
-                text = bytes(data)
-                if text == b"infinity":
-                    return latest
-                if text == b"-infinity":
-                    return earliest
-            try:
-                return self._base.load(data)
-            except psycopg.DataError:
-                return bytes(data).decode()
-
-    return FarLoader
+    return _wrapped_loader(name, load)
 
 
 def _day_end_loader(name: str) -> type[Loader]:
     """psycopg's loader of ``name`` (time, timetz), but ``24:00:00``, which Postgres takes and Python's ``time``
     cannot hold, read as ``00:00:00``: what Debezium sends for it (docs/types.md, "Known gaps")."""
-    found = postgres.adapters.get_loader(postgres.types[name].oid, Format.TEXT)
-    if found is None:
-        raise RuntimeError(f"psycopg has no loader of {name}")
-    base: type[LoaderType] = found
 
-    class DayEndLoader(Loader):
-        def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
-            super().__init__(oid, context)
-            self._base = base(oid, context)
+    def load(base: LoaderType, data: Any) -> Any:
+        return base.load(b"00" + bytes(data[2:]) if bytes(data[:2]) == b"24" else data)
 
-        def load(self, data: Any) -> Any:
-            if bytes(data[:2]) == b"24":
-                data = b"00" + bytes(data[2:])
-            return self._base.load(data)
-
-    return DayEndLoader
+    return _wrapped_loader(name, load)
 
 
 _LOADERS: dict[str, type[Loader]] = {
