@@ -102,8 +102,8 @@ def spark_session(
         # The driver runs every follower (and, locally, the executors): 2 GiB holds three followers' batches
         # of max_batch_bytes each, with their Arrow and Delta MERGE copies (docs/daemon.md, "Memory").
         .config("spark.driver.memory", spark.driver_memory)
-        # Results collected into the driver (a Delta follower's batch, verify's digests) fail fast past a quarter
-        # of its heap, where 1g of a 2g heap could end in an OutOfMemoryError in a task-result-getter thread, and
+        # Results collected into the driver (a Delta follower's batch, verify's digests) fail past a quarter of
+        # its heap, where 1g of a 2g heap could end in an OutOfMemoryError in a task-result-getter thread, and
         # the collect waiting for those results would wait forever (sync/deadline.py, sync/batching.shrink).
         .config("spark.driver.maxResultSize", result_bound(spark.driver_memory))
         # A query told to stop (sync/deadline.py cancels a stalled batch) gives up waiting after this, rather than

@@ -16,11 +16,11 @@ they change. Arrow batches handed to Python are capped in bytes too
 
 A sample only sees the records already there: rows that turn wide after the
 start (a backlog of 60 KB rows behind small ones) can still make a batch too
-large. The bytes collected into the driver are bounded as Spark reads them
-(``spark.driver.maxResultSize``, a quarter of the heap): such a batch fails
-at once instead of exhausting the heap, and the follower's next start takes
-a quarter of the records (``shrink``), again if needed, until a batch
-commits.
+large. The bytes collected into the driver are bounded
+(``spark.driver.maxResultSize``, a quarter of the heap): a collect past it
+fails, and the follower's next start takes a quarter of the records
+(``shrink``), again if needed, until a batch commits. One task's own result
+is not bounded yet: docs/daemon.md, "Memory".
 """
 
 from __future__ import annotations

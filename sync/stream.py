@@ -128,8 +128,8 @@ def records_of(df: DataFrame, follower: str) -> Iterator[Record]:
     and builds a ``Row`` object per record; on a batch of 50k records the
     hand-off drops from over a second to a fraction of one. The results'
     bytes are bounded by ``spark.driver.maxResultSize`` (``cdcsync.spark``):
-    a batch past it fails at once, and the follower's next start takes
-    fewer records (``sync.batching.shrink``).
+    a batch past it fails, and the follower's next start takes fewer records
+    (``sync.batching.shrink``).
     """
     table = df.toArrow()
     deadline.progress(follower)
