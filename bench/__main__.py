@@ -264,7 +264,7 @@ def _warm_up(spark: Any, config: Any, topic: str, passes: int = 4) -> float:
     it to Python workers as Arrow, like ``sync.executors``, which import the
     follower's modules and turn the columns into Python values, writing nothing.
     """
-    from cdcsync.sync.follower import RECORD_COLUMNS
+    from cdcsync.sync.arrow_records import RECORD_COLUMNS
 
     def touch(batches: Any) -> Any:
         import pyarrow as pa

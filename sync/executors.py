@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING
 from cdcsync import metrics
 from cdcsync.config import Config
 from cdcsync.sync import shape
+from cdcsync.sync.arrow_records import arrow_records
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.build import build_follower
-from cdcsync.sync.follower import Follower, arrow_records
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.fork_server import reread_zips_only_when_changed
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.shape import shape_changed, shapes_changed

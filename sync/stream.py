@@ -29,7 +29,8 @@ from cdcsync.errors import RetryableError
 from cdcsync.events import Record
 from cdcsync.state import base_dir
 from cdcsync.sync import batching, deadline, executors
-from cdcsync.sync.follower import Follower, arrow_records
+from cdcsync.sync.arrow_records import arrow_records
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.position import check_position, checkpoint_dir, resume_position, start_file
 
 log = logging.getLogger("cdcsync.stream")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from cdcsync.events import Record
+from cdcsync.sync.arrow_records import arrow_records
 from cdcsync.sync.batch_counts import BatchCounts
-from cdcsync.sync.follower import arrow_records
 
 
 def _batch(rows: list[tuple]) -> pa.RecordBatch:
