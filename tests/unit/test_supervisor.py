@@ -6,6 +6,7 @@ reads; the daemon's real queries are exercised in tests/chaos.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -219,49 +220,48 @@ class Unstoppable(Query):
         raise RuntimeError("java.util.concurrent.TimeoutException: Stream Execution thread failed to stop")
 
 
-def test_a_batch_past_its_deadline_is_named_cancelled_and_its_follower_restarted_alone(clock: Clock) -> None:
+@pytest.fixture
+def watched(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    """The supervisor's clock is the deadlines' too; the warehouse's batch is no longer watched afterwards."""
     from cdcsync.sync import deadline
 
-    monkey = pytest.MonkeyPatch()
-    monkey.setattr(deadline.time, "monotonic", lambda: clock.now)
-    try:
-        queries = {"warehouse": Query(), "search": Query()}
-        s = Supervisor([follower("warehouse"), follower("search")], lambda cfg: (queries[cfg.name], []))
-        s.start_all()
-        deadline.begin("warehouse", 7, 100.0)
-        clock.now += 61  # a minute without progress: named, not yet cancelled
-        s.tick()
-        ok, problems = s.health()
-        assert not ok and problems == [
-            "follower warehouse behind and not applying: batch 7 made no progress for 61 s (cancelled at 100 s)"
-        ]
-        clock.now += 40  # past the deadline
-        s.tick()
-        warehouse, search = s.children
-        assert not queries["warehouse"].isActive and warehouse.state == "restarting", warehouse
-        assert "batch 7 made no progress for 101 s (deadline 100 s)" in warehouse.reason
-        assert search.state == "running" and queries["search"].isActive  # the other follower never noticed
-        assert deadline.stalled("warehouse") is None  # the cancelled batch is no longer watched
-    finally:
-        monkey.undo()
-        deadline.end("warehouse")
+    monkeypatch.setattr(deadline.time, "monotonic", lambda: clock.now)
+    yield clock
+    deadline.end("warehouse")
 
 
-def test_a_cancelled_batch_whose_query_cannot_stop_asks_for_a_new_process(clock: Clock) -> None:
+def test_a_batch_past_its_deadline_is_named_cancelled_and_its_follower_restarted_alone(watched: Clock) -> None:
     from cdcsync.sync import deadline
 
-    monkey = pytest.MonkeyPatch()
-    monkey.setattr(deadline.time, "monotonic", lambda: clock.now)
-    try:
-        s = Supervisor([follower("warehouse")], lambda cfg: (Unstoppable(), []))
-        s.start_all()
-        deadline.begin("warehouse", 3, 10.0)
-        clock.now += 11
-        with pytest.raises(sup.Stuck, match="batch 3 made no progress"):
-            s.tick()
-    finally:
-        monkey.undo()
-        deadline.end("warehouse")
+    clock = watched
+    queries = {"warehouse": Query(), "search": Query()}
+    s = Supervisor([follower("warehouse"), follower("search")], lambda cfg: (queries[cfg.name], []))
+    s.start_all()
+    deadline.begin("warehouse", 7, 100.0)
+    clock.now += 61  # a minute without progress: named, not yet cancelled
+    s.tick()
+    ok, problems = s.health()
+    assert not ok and problems == [
+        "follower warehouse behind and not applying: batch 7 made no progress for 61 s (cancelled at 100 s)"
+    ]
+    clock.now += 40  # past the deadline
+    s.tick()
+    warehouse, search = s.children
+    assert not queries["warehouse"].isActive and warehouse.state == "restarting", warehouse
+    assert "batch 7 made no progress for 101 s (deadline 100 s)" in warehouse.reason
+    assert search.state == "running" and queries["search"].isActive  # the other follower never noticed
+    assert deadline.stalled("warehouse") is None  # the cancelled batch is no longer watched
+
+
+def test_a_cancelled_batch_whose_query_cannot_stop_asks_for_a_new_process(watched: Clock) -> None:
+    from cdcsync.sync import deadline
+
+    s = Supervisor([follower("warehouse")], lambda cfg: (Unstoppable(), []))
+    s.start_all()
+    deadline.begin("warehouse", 3, 10.0)
+    watched.now += 11
+    with pytest.raises(sup.Stuck, match="batch 3 made no progress"):
+        s.tick()
 
 
 def test_a_batch_too_large_for_the_driver_makes_the_next_start_take_fewer_records(clock: Clock) -> None:
