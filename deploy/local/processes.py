@@ -77,8 +77,22 @@ def zombie(pid: int) -> bool:
 
     After `kill -9` that lasts as long as the parent (often pid 1) takes to
     reap: seconds. The process does not run, but its pid is still taken.
+
+    The pid's own state is its main thread's. That thread can be a zombie while
+    others still exit: Redis's background threads finishing an fsync, say. The
+    open files, its listening socket among them, close with the last thread, so
+    the process is gone only when every thread is.
     """
-    return stat_fields(pid)[:1] in (["Z"], ["X"])
+    if stat_fields(pid)[:1] not in (["Z"], ["X"]):
+        return False
+    for task in glob.glob(f"/proc/{pid}/task/[0-9]*"):
+        try:
+            state = Path(task, "stat").read_text().rsplit(")", 1)[1].split()[:1]
+        except (OSError, IndexError):
+            continue  # exited while we looked
+        if state not in (["Z"], ["X"]):
+            return False
+    return True
 
 
 def proc_start_time(pid: int) -> str | None:

@@ -9,6 +9,7 @@ with "postgres exited during start-up".
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -83,3 +84,41 @@ def test_up_starts_a_component_whose_leftover_process_exits_while_up_waits(monke
     monkeypatch.setitem(stack.COMPONENTS, "fake", comp)
     stack.up(["fake"])
     assert started == [True]
+
+
+_MAIN_THREAD_EXITS_FIRST = """
+import ctypes, socket, sys, threading, time
+
+def hold() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(listener.getsockname()[1], flush=True)
+    time.sleep(float(sys.argv[1]))
+
+threading.Thread(target=hold).start()
+time.sleep(0.5)
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_a_process_whose_main_thread_exited_first_runs_while_another_holds_its_socket() -> None:
+    # After kill -9, Redis's main thread can be a zombie while a background thread still finishes an
+    # fsync; `stack.py up redis` then found port 16379 taken. The process runs until its last thread exits.
+    proc = subprocess.Popen([sys.executable, "-c", _MAIN_THREAD_EXITS_FIRST, "3"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        deadline = time.monotonic() + 10
+        while processes.stat_fields(proc.pid)[:1] != ["Z"]:
+            assert time.monotonic() < deadline, "the main thread did not exit"
+            time.sleep(0.05)
+        assert not processes.zombie(proc.pid)
+        assert processes.proc_start_time(proc.pid) is not None
+        with pytest.raises(OSError):
+            socket.create_server(("127.0.0.1", port)).close()  # still held: the process is not gone
+        while not processes.zombie(proc.pid):
+            assert time.monotonic() < deadline, "the last thread did not exit"
+            time.sleep(0.05)
+        socket.create_server(("127.0.0.1", port)).close()
+    finally:
+        proc.kill()
+        proc.wait()
