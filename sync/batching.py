@@ -15,12 +15,12 @@ they change. Arrow batches handed to Python are capped in bytes too
 (``spark.sql.execution.arrow.maxBytesPerBatch``, cdcsync.spark).
 
 A sample only sees the records already there: rows that turn wide after the
-start (a backlog of 60 KB rows behind small ones) can still make a batch too
-large. The bytes collected into the driver are bounded
-(``spark.driver.maxResultSize``, a quarter of the heap): a collect past it
-fails, and the follower's next start takes a quarter of the records
-(``shrink``), again if needed, until a batch commits. One task's own result
-is not bounded yet: docs/daemon.md, "Memory".
+start (a backlog of 60 KB rows behind small ones) can still make a batch
+large. That costs no memory: the warehouse reads its batch in chunks bounded
+by the bytes read (``sync.batch_reader``), search and cache apply theirs in
+the tasks. A collect into the driver past ``spark.driver.maxResultSize`` (a
+quarter of the heap) fails, and the follower's next start takes a quarter of
+the records (``shrink``), again if needed, until a batch commits.
 """
 
 from __future__ import annotations

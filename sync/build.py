@@ -60,6 +60,7 @@ def build_follower(
         remember=lambda known: reindex_needed.remember(config, follower.name, known),
         writers=sink.fill_writers if fill else None,
         backfill=lambda topic, columns: backfill.request(config, *tables[topic], columns, follower.name),
+        chunk_bytes=follower.batch_bytes,
     )
     if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
         reindex_needed.changed_while_stopped(config, built)

@@ -84,6 +84,12 @@ def progress(follower: str) -> None:
         running.progressed = time.monotonic()
 
 
+def current(follower: str) -> int | None:
+    """The id of the follower's batch in progress: None once it ended or was cancelled."""
+    running = _running.get(follower)
+    return None if running is None else running.batch_id
+
+
 def end(follower: str) -> None:
     with _lock:
         _running.pop(follower, None)

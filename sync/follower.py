@@ -6,7 +6,9 @@ Per batch, in this order (the order is what makes a crash safe):
    event before them already deleted the row), map it for the sink;
    a record that cannot be parsed or mapped is dead-lettered;
 2. keep the last change per key (highest version) in each chunk of
-   ``sink.chunk_rows`` records (the whole batch for a sink without it);
+   ``sink.chunk_rows`` records (the whole batch for a sink without it), and
+   at most ``chunk_bytes`` of records' bytes whatever the sink: a batch of
+   wide rows is written in several chunks, never held whole;
 3. write each chunk to the sink while the next one is parsed, chunks in log
    order, retrying a chunk on ``RetryableError`` (the apply rule makes a
    repeated write a no-op); rows the sink rejects are dead-lettered;
@@ -126,6 +128,7 @@ class Follower:
         remember: Callable[[Iterable[TableMapping]], None] | None = None,
         writers: int | None = None,
         backfill: Callable[[str, frozenset[str]], str | None] | None = None,
+        chunk_bytes: int | None = None,
     ) -> None:
         self.name, self.sink, self.dead_letters = name, sink, dead_letters
         self.mappings = dict(mappings)  # topic -> mapping; a table's entry is replaced when its shape changes
@@ -136,6 +139,7 @@ class Follower:
         self.binlog_seq = binlog_seq  # MariaDB snapshot rows' binlog positions -> GTID sequences (cdcsync.events)
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
+        self.chunk_bytes = chunk_bytes  # a chunk ends past this many bytes of records (keys and values)
         self.report = report  # log and count each batch here; False on executors, whose driver does it
         # Chunks in flight at once (``_apply``): the sink's ``writers``, or its ``fill_writers`` for a follower
         # that fills a staged generation (build_follower's ``fill``).
@@ -161,9 +165,10 @@ class Follower:
         """
         rows: list[Row] = []
         mapped: list[Record] = []  # the records behind ``rows``, for the dead letters of rejected rows
-        size = self.sink.chunk_rows
+        size, most, held = self.sink.chunk_rows, self.chunk_bytes, 0
         for record in records:
             counts.records += 1
+            held += len(record.key or b"") + len(record.value or b"")
             try:
                 change = parse_record(
                     record.topic,
@@ -188,9 +193,9 @@ class Follower:
             except PoisonRecord as err:
                 counts.dead_lettered += 1
                 self.dead_letters.send(record, "parse", str(err))
-            if size and len(rows) >= size:
+            if rows and ((size and len(rows) >= size) or (most and held >= most)):
                 yield self._reduced(rows, mapped, counts)
-                rows, mapped = [], []
+                rows, mapped, held = [], [], 0
         if rows:
             yield self._reduced(rows, mapped, counts)
 

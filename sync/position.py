@@ -116,15 +116,27 @@ def checkpoint_position(path: Path) -> Positions | None:
     """
     commits = sorted((int(p.name) for p in (path / "commits").glob("[0-9]*")), reverse=True)
     for batch in commits:
-        offsets = path / "offsets" / str(batch)
-        if offsets.exists():
-            lines = offsets.read_text().splitlines()
-            return _offsets_json(lines[2])
+        offsets = offsets_of_batch(path, batch)
+        if offsets is not None:
+            return offsets
+    return initial_positions(path)
+
+
+def offsets_of_batch(path: Path, batch: int) -> Positions | None:
+    """Batch ``batch``'s end offsets, which Spark writes to the checkpoint before it runs the batch."""
+    offsets = path / "offsets" / str(batch)
+    if not offsets.exists():
+        return None
+    return _offsets_json(offsets.read_text().splitlines()[2])
+
+
+def initial_positions(path: Path) -> Positions | None:
+    """Where the query's first batch started (``sources/0/0``), if it ever started."""
     initial = path / "sources" / "0" / "0"
-    if initial.exists():
-        text = initial.read_bytes().lstrip(b"\x00").decode()  # Spark writes a leading zero byte
-        return _offsets_json(text.split("\n", 1)[1])
-    return None
+    if not initial.exists():
+        return None
+    text = initial.read_bytes().lstrip(b"\x00").decode()  # Spark writes a leading zero byte
+    return _offsets_json(text.split("\n", 1)[1])
 
 
 def resume_position(config: Config, cfg: FollowerConfig) -> tuple[Positions, str] | None:

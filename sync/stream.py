@@ -20,16 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cdcsync import kafka
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import RetryableError
-from cdcsync.events import Record
 from cdcsync.state import base_dir
-from cdcsync.sync import batching, deadline, executors
-from cdcsync.sync.arrow_records import arrow_records
+from cdcsync.sync import batch_reader, batching, deadline, executors
 from cdcsync.sync.follower import Follower
 from cdcsync.sync.position import check_position, checkpoint_dir, resume_position, start_file
 
@@ -107,9 +104,12 @@ def start_query(
         source = source.options(**batching.task_options(per_batch, cores, local))
         batch = executors.batch_function(config, follower)
     else:
+        checkpoint = checkpoint_dir(config, cfg)
 
         def batch(df: DataFrame, batch_id: int) -> None:
-            follower.process(batch_id, records_of(df, cfg.name))
+            # The batch's records are read by its offsets, never collected into the JVM (sync.batch_reader).
+            start, end = batch_reader.batch_span(checkpoint, batch_id)
+            follower.process(batch_id, batch_reader.read_span(config, cfg.name, batch_id, start, end))
 
     writer = (
         source.load()
@@ -120,18 +120,3 @@ def start_query(
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{cfg.trigger_s} seconds")
     return writer.start()
-
-
-def records_of(df: DataFrame, follower: str) -> Iterator[Record]:
-    """The batch's Kafka records, handed from the JVM to Python as Arrow columns.
-
-    Arrow moves whole columns at once, where ``collect()`` pickles every row
-    and builds a ``Row`` object per record; on a batch of 50k records the
-    hand-off drops from over a second to a fraction of one. The results'
-    bytes are bounded by ``spark.driver.maxResultSize`` (``cdcsync.spark``):
-    a batch past it fails, and the follower's next start takes fewer records
-    (``sync.batching.shrink``).
-    """
-    table = df.toArrow()
-    deadline.progress(follower)
-    return arrow_records(table.to_batches())

@@ -30,11 +30,6 @@ WIDE = 60_000
 
 
 @pytest.mark.long
-@pytest.mark.xfail(
-    strict=True,
-    reason="a task's own result is serialized whole in the local executor, which is the driver's JVM, before "
-    "spark.driver.maxResultSize applies: the heap runs out and the daemon exits 1 (docs/daemon.md, Memory)",
-)
 def test_a_wide_backlog_behind_small_rows_converges_without_running_out_of_heap(tmp_path: Path) -> None:
     tag, table = f"t{uid()}", f"late_wide_{uid()}"
     execute(
