@@ -21,7 +21,7 @@ from tests.unit.test_shape import TOPIC, Sink, record
 
 def offsets(path: Path, batch: int, positions: dict[str, dict[str, int]]) -> None:
     (path / "offsets").mkdir(exist_ok=True)
-    (path / "offsets" / str(batch)).write_text(f'v1\n{json.dumps({"batchWatermarkMs": 0})}\n{json.dumps(positions)}')
+    (path / "offsets" / str(batch)).write_text(f"v1\n{json.dumps({'batchWatermarkMs': 0})}\n{json.dumps(positions)}")
 
 
 def test_a_batch_spans_from_the_previous_batchs_end_to_its_own(tmp_path: Path) -> None:
