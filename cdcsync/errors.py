@@ -28,6 +28,21 @@ class FatalError(CdcsyncError):
     """A failure that retrying will not fix."""
 
 
+class TableError(RetryableError):
+    """A sink's write failed for ``target``'s rows alone; ``fix`` says what a person does about it.
+
+    Retried like any ``RetryableError``; once the follower's attempts are
+    spent, that table is held alone and the others go on (``sync.held``).
+    """
+
+    def __init__(self, target: str, message: str, fix: str, retry_after: float = 1.0) -> None:
+        super().__init__(message, retry_after)
+        self.target, self.fix = target, fix
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str, float]]:  # kept whole across processes
+        return (type(self), (self.target, str(self), self.fix, self.retry_after))
+
+
 # How one kind of client's failure is taken: ``rule(err, what)`` is the RetryableError or FatalError that
 # ``err``, met while doing ``what``, is; or None for a failure the rule does not know (it stays as it is).
 ErrorRule = Callable[[Exception, str], Exception | None]

@@ -90,6 +90,13 @@ REINDEX_NEEDED = Gauge(
     "index has configured settings only a new index takes: `cdcsync reindex FOLLOWER --table TABLE`",
     ["follower", "table"],
 )
+TABLE_HELD = Gauge(
+    "cdcsync_table_held",
+    "1 while a follower holds a table whose changes its sink failed for alone (an index closed or write-blocked, a "
+    "table it cannot write): its other tables go on, this one waits from where it stopped and is tried again every "
+    "minute (cdcsync status names the reason and the fix)",
+    ["follower", "table"],
+)
 MARKERS_PURGED = Counter(
     "cdcsync_delete_markers_purged_total",
     "Delete markers removed from a store once older than the source's compaction horizon (no replay needs them)",

@@ -18,7 +18,7 @@ from cdcsync.sync.sink import WriteResult
 
 @dataclass
 class BatchCounts:
-    """What one batch did. It adds up: ``records = applied + older + tombstones + dead_lettered``.
+    """What one batch did. It adds up: ``records = applied + older + tombstones + dead_lettered + held``.
 
     The rest feeds the metrics. A batch applied on several executors is the
     ``merge`` of their counts, carried back to the driver as JSON.
@@ -35,9 +35,11 @@ class BatchCounts:
     waited_s: float = 0.0  # time parsing stood still, waiting for the sink
     retries: int = 0  # writes retried after a retryable sink error (made on an executor, counted on the driver)
     lacking: dict[str, list[str]] = field(default_factory=dict)  # topic -> columns changes lacked (an executor's)
+    held: int = 0  # records of tables the sink failed for alone, set aside for a later retry (sync.held)
+    held_tables: dict[str, list[str]] = field(default_factory=dict)  # topic -> [reason, fix]
 
     def adds_up(self) -> bool:
-        return self.records == self.applied + self.older + self.tombstones + self.dead_lettered
+        return self.records == self.applied + self.older + self.tombstones + self.dead_lettered + self.held
 
     def count_written(self, rows: Sequence[Row], result: WriteResult) -> None:
         self.applied += result.applied
@@ -67,6 +69,8 @@ class BatchCounts:
             lags_s=self.lags_s + other.lags_s,
             waited_s=self.waited_s + other.waited_s,
             retries=self.retries + other.retries,
+            held=self.held + other.held,
+            held_tables={**self.held_tables, **other.held_tables},
         )
         for op, n in other.applied_by_op.items():
             merged.applied_by_op[op] = merged.applied_by_op.get(op, 0) + n

@@ -24,8 +24,9 @@ the records actually read, whatever the sample said.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
@@ -34,7 +35,11 @@ from cdcsync.config import Config
 from cdcsync.errors import RetryableError
 from cdcsync.events import Record
 from cdcsync.sync import deadline
+from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.position import Positions, initial_positions, offsets_of_batch
+
+if TYPE_CHECKING:
+    from cdcsync.sync.follower import Follower
 
 QUEUE_KIB = 16 * 1024  # records the consumer fetches ahead of the follower, per process (librdkafka's default: 64 MiB)
 SILENT_S = 60.0  # no record from a partition not yet at its end for this long: the batch fails, naming it
@@ -119,3 +124,12 @@ def read_span(
                 )
     finally:
         consumer.close()
+
+
+def replay(config: Config, follower: Follower, batch_id: int) -> Callable[[Positions, Positions], BatchCounts]:
+    """Apply a range of the log on the driver, as batch ``batch_id`` (a held table's retry: ``sync.held``)."""
+
+    def apply(start: Positions, end: Positions) -> BatchCounts:
+        return follower.process(batch_id, read_span(config, follower.name, batch_id, start, end))
+
+    return apply

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from cdcsync import lagpage, metrics, systemd
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError
-from cdcsync.sync import deadline, reindex_needed
+from cdcsync.sync import deadline, held, reindex_needed
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.delta_upkeep import Upkeep
 from cdcsync.sync.marker_purge import MarkerPurge
@@ -111,6 +111,9 @@ class Daemon:
 
     def health(self) -> Health:
         ok, problems = self.supervisor.health()
+        for cfg in self.followers:  # a table held alone (sync.held): the follower runs, that table does not
+            lines = held.lines(self.config, cfg.name)
+            ok, problems = ok and not lines, problems + lines
         for each in self.rounds:
             if each.health is not None:
                 round_ok, round_problems = each.health()
@@ -172,6 +175,7 @@ class Daemon:
         for line in reindex_needed.lines(self.config, cfg.name):  # recorded by an earlier run: still to do
             log.error("%s", line)
         reindex_needed.export(self.config, cfg.name)
+        held.export(self.config, cfg.name)
         follower = build_follower(self.config, cfg, self.spark)
         self.built[cfg.name] = follower
         query = start_query(self.spark, self.config, cfg, follower)

@@ -34,11 +34,12 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdcsync import metrics
 from cdcsync.config import Config
-from cdcsync.sync import shape
+from cdcsync.sync import batch_reader, held, shape
 from cdcsync.sync.arrow_records import arrow_records
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.build import build_follower
@@ -56,8 +57,12 @@ _followers: dict[tuple[str, str, int], Follower] = {}  # per worker: (config, fo
 KEEP = 8  # followers a worker keeps; a daemon has a few, each test its own
 
 
-def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, int], None]:
-    """The ``foreachBatch`` function that applies each batch on the executors."""
+def batch_function(config: Config, follower: Follower, checkpoint: Path) -> Callable[[DataFrame, int], None]:
+    """The ``foreachBatch`` function that applies each batch on the executors.
+
+    Tables the follower holds (``sync.held``) are left out of the batch; one
+    whose retry is due is replayed on the driver first.
+    """
     config_json = shipped_config(config, follower.name)
     # The snapshot-row lookup (MariaDB binlog positions) needs its sources' passwords: a worker builds its own
     # from the config its secrets file completes. The driver's, pickled, would carry the passwords in clear.
@@ -65,24 +70,17 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
 
     def batch(df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        start = batch_reader.batch_span(checkpoint, batch_id)[0]
+        out = held.before_batch(config, follower, start, batch_reader.replay(config, follower, batch_id))
+        if out:
+            from pyspark.sql import functions
+
+            df = df.where(~functions.col("topic").isin(sorted(out)))
         # The shape changes learned for this batch: each retry learns at least one more, so this ends.
         tried: set[tuple[str, tuple[frozenset[str], frozenset[str]]]] = set()
         while True:
-            mappings = dict(follower.mappings)  # the tables' shapes as the driver knows them now, for this batch
-
-            def apply_partition(
-                batches: Iterable[pa.RecordBatch], mappings: dict[str, TableMapping] = mappings
-            ) -> Iterator[pa.RecordBatch]:
-                import pyarrow as pa
-
-                reread_zips_only_when_changed()
-                worker = _worker_follower(config_json, name, mappings)
-                worker.mappings = dict(mappings)
-                if not lookup:
-                    worker.binlog_seq = None
-                counts = worker.process(batch_id, arrow_records(batches))
-                yield pa.RecordBatch.from_pydict({"counts": [counts.to_json()]})
-
+            # The tables' shapes as the driver knows them now, for this batch.
+            apply_partition = task_function(config_json, name, lookup, dict(follower.mappings), batch_id)
             try:
                 parts = df.mapInArrow(apply_partition, "counts binary").toArrow().column("counts").to_pylist()
                 break
@@ -107,8 +105,28 @@ def batch_function(config: Config, follower: Follower) -> Callable[[DataFrame, i
         if total.applied:
             follower.make_visible(total)
         follower.log_batch(batch_id, total, time.monotonic() - started)
+        held.after_batch(config, follower, total, start)
 
     return batch
+
+
+def task_function(
+    config_json: str, name: str, lookup: bool, mappings: dict[str, TableMapping], batch_id: int
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """What each task of a batch runs, and all it takes with it: the config without its secrets (``sync.shipped``)."""
+
+    def apply_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        reread_zips_only_when_changed()
+        worker = _worker_follower(config_json, name, mappings)
+        worker.mappings = dict(mappings)
+        if not lookup:
+            worker.binlog_seq = None
+        counts = worker.process(batch_id, arrow_records(batches))
+        yield pa.RecordBatch.from_pydict({"counts": [counts.to_json()]})
+
+    return apply_partition
 
 
 FAILED_AFTER = re.compile(r"sink still failing after (\d+) attempts")

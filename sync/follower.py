@@ -37,7 +37,7 @@ import orjson
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from cdcsync import metrics
-from cdcsync.errors import FatalError, RetryableError
+from cdcsync.errors import FatalError, RetryableError, TableError
 from cdcsync.events import BinlogSeq, Change, PoisonRecord, Record, SnapshotLsn, parse_record
 from cdcsync.retry import doubling_honouring_retry_after, raised
 from cdcsync.sync import deadline, shape
@@ -147,13 +147,17 @@ class Follower:
         self._writer = ThreadPoolExecutor(self.writers, thread_name_prefix=f"cdcsync-{name}-writer")
         self._retries = threading.Lock()  # counts.retries, changed by the writer threads
         self.lacked: dict[str, frozenset[str]] = {}  # topic -> columns this batch's changes lacked (executors)
+        self.failed: dict[str, tuple[str, str]] = {}  # topic -> (reason, fix): tables this batch held (sync.held)
+        self.left_out: set[str] = set()  # topics held before this batch, which it leaves out (sync.held)
 
     def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
         started = time.monotonic()
         counts = BatchCounts()
         self.lacked = {}
+        self.failed = {}
         counts = self._apply(batch_id, counts, self._mapped_chunks(records, counts), started)
         counts.lacking = {topic: sorted(columns) for topic, columns in self.lacked.items()}
+        counts.held_tables = {topic: [reason, fix] for topic, (reason, fix) in self.failed.items()}
         return counts
 
     def _mapped_chunks(self, records: Iterable[Record], counts: BatchCounts) -> Iterator[Chunk]:
@@ -168,6 +172,9 @@ class Follower:
         size, most, held = self.sink.chunk_rows, self.chunk_bytes, 0
         for record in records:
             counts.records += 1
+            if record.topic in self.failed:  # the sink failed for this table alone: the rest of it waits too
+                counts.held += 1
+                continue
             held += len(record.key or b"") + len(record.value or b"")
             try:
                 change = parse_record(
@@ -298,7 +305,7 @@ class Follower:
                     future, done = in_flight.popleft()
                     self._settle(future.result(), done, counts)
                     counts.waited_s += time.monotonic() - mark
-                in_flight.append((self._writer.submit(self._write, batch_id, chunk[0], counts), chunk))
+                in_flight.append((self._writer.submit(self._write_or_hold, batch_id, chunk[0], counts), chunk))
             while in_flight:
                 future, done = in_flight.popleft()
                 self._settle(future.result(), done, counts)
@@ -324,8 +331,10 @@ class Follower:
 
     def make_visible(self, counts: BatchCounts) -> None:
         """Have the sink show readers the batch's writes now (Elasticsearch refreshes; the others show them at once)."""
-        written = [m.target for m in self.mappings.values() if m.table in counts.newest_commit_ms]
-        self.sink.make_visible(written or [m.target for m in self.mappings.values()])
+        held = self.left_out | counts.held_tables.keys()  # tables held (sync.held): the sink fails for them
+        shown = [m for t, m in self.mappings.items() if t not in held]
+        written = [m.target for m in shown if m.table in counts.newest_commit_ms]
+        self.sink.make_visible(written or [m.target for m in shown])
 
     def check(self, batch_id: int, counts: BatchCounts) -> None:
         if not counts.adds_up():
@@ -357,6 +366,22 @@ class Follower:
             counts.dead_lettered += 1
             self.dead_letters.send(record_of(row.change), "sink", reason)
 
+    def _write_or_hold(self, batch_id: int, rows: list[Row], counts: BatchCounts) -> WriteResult:
+        """``_write``; when the sink still fails for one target's rows alone, those are held and the rest written."""
+        try:
+            return self._write(batch_id, rows, counts)
+        except TableError as err:
+            topics = [t for t, m in self.mappings.items() if m.target == err.target]
+            if not topics:
+                raise
+            for topic in topics:
+                self.failed[topic] = (str(err), err.fix)
+            rest = [r for r in rows if r.target != err.target]
+            with self._retries:
+                counts.held += len(rows) - len(rest)
+            log.error("follower=%s batch=%d table held: %s", self.name, batch_id, err)
+            return self._write_or_hold(batch_id, rest, counts) if rest else WriteResult()
+
     def _write(self, batch_id: int, rows: list[Row], counts: BatchCounts) -> WriteResult:
         """``sink.write``, tried up to ``max_attempts`` times while it raises ``RetryableError``.
 
@@ -382,6 +407,8 @@ class Follower:
         def give_up(state: RetryCallState) -> NoReturn:
             # Still retryable: the batch fails, and the daemon's supervisor restarts the follower later.
             err = raised(state)
+            if isinstance(err, TableError):  # one table's alone: held, the others go on (_write_or_hold)
+                raise err
             raise RetryableError(
                 f"follower {self.name}: sink still failing after {state.attempt_number} attempts: {err}",
                 err.retry_after,

@@ -26,7 +26,7 @@ from cdcsync import kafka
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import RetryableError
 from cdcsync.state import base_dir
-from cdcsync.sync import batch_reader, batching, deadline, executors
+from cdcsync.sync import batch_reader, batching, deadline, executors, held
 from cdcsync.sync.follower import Follower
 from cdcsync.sync.position import check_position, checkpoint_dir, resume_position, start_file
 
@@ -102,14 +102,17 @@ def start_query(
         if local:
             cores = min(cores, os.cpu_count() or 1)
         source = source.options(**batching.task_options(per_batch, cores, local))
-        batch = executors.batch_function(config, follower)
+        batch = executors.batch_function(config, follower, checkpoint_dir(config, cfg))
     else:
         checkpoint = checkpoint_dir(config, cfg)
 
         def batch(df: DataFrame, batch_id: int) -> None:
             # The batch's records are read by its offsets, never collected into the JVM (sync.batch_reader).
             start, end = batch_reader.batch_span(checkpoint, batch_id)
-            follower.process(batch_id, batch_reader.read_span(config, cfg.name, batch_id, start, end))
+            out = held.before_batch(config, follower, start, batch_reader.replay(config, follower, batch_id))
+            kept = {topic: offsets for topic, offsets in start.items() if topic not in out}
+            counts = follower.process(batch_id, batch_reader.read_span(config, cfg.name, batch_id, kept, end))
+            held.after_batch(config, follower, counts, start)
 
     writer = (
         source.load()

@@ -182,7 +182,7 @@ def read_daemon(url: str) -> dict[str, Any] | None:
 
 def follower_checks(config: Any, daemon: dict[str, Any] | None, url: str) -> list[Check]:
     from cdcsync.snapshot.reindex import killed_line
-    from cdcsync.sync import reindex_needed, watch_verify
+    from cdcsync.sync import held, reindex_needed, watch_verify
 
     checks = []
     for cfg in config.followers:
@@ -191,6 +191,8 @@ def follower_checks(config: Any, daemon: dict[str, Any] | None, url: str) -> lis
             checks.append(Check("follower", cfg.name, False, "reindex unfinished", killed))
         for line in reindex_needed.lines(config, cfg.name):  # rows no change will fix (a RENAME COLUMN, a DEFAULT)
             checks.append(Check("follower", cfg.name, False, "reindex needed", line))
+        for line in held.lines(config, cfg.name):  # a table its sink failed for alone (sync.held)
+            checks.append(Check("follower", cfg.name, False, "table held", line))
         for table, result in sorted(watch_verify.last_results(config, cfg.name).items()):
             if watch_verify.divergent(result):  # the daemon's last background pass of the table found them
                 ago = max(0.0, time.time() - float(result["ended_at"]))

@@ -69,6 +69,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
@@ -79,7 +80,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.config_runtime import DeltaSettings
-from cdcsync.errors import FatalError, RetryableError, mapped
+from cdcsync.errors import FatalError, RetryableError, TableError, mapped
 from cdcsync.sync.mapping import Row
 from cdcsync.sync.sink import Generations, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
@@ -98,6 +99,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # io.delta.exceptions.* (and their DELTA_CONCURRENT_* error classes): another writer committed first.
+# A MERGE's failure that is about its table alone: the table made append-only, its files not writable, its
+# log not a Delta table's. The follower holds that table and goes on with the others (sync.held).
+TABLE_FAULTS = re.compile(
+    r"only allow appends|DELTA_CANNOT_MODIFY_APPEND_ONLY|AccessDeniedException|Permission denied"
+    r"|is not a Delta table|DELTA_MISSING_DELTA_TABLE"
+)
 CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "ConcurrentDeleteReadException",
              "ConcurrentDeleteDeleteException", "ConcurrentTransactionException", "ConcurrentWriteException",
              "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT")  # fmt: skip
@@ -261,7 +268,7 @@ class DeltaSink:
                     continue
             keyed[row.doc_id] = row
         targets = list(latest)
-        calls = [partial(merge.write_target, self, self._tables[t], list(latest[t].values())) for t in targets]
+        calls = [partial(self._write_target, t, list(latest[t].values())) for t in targets]
         parts = each_table(calls, self.tables_at_once)
         for target, part in zip(targets, parts, strict=True):
             log.info(
@@ -277,6 +284,22 @@ class DeltaSink:
         # "Memory"). One collection per batch costs milliseconds next to a MERGE's seconds.
         gc.collect()
         return result
+
+    def _write_target(self, target: str, rows: list[Row]) -> WriteResult:
+        """One target's MERGE; a failure that is this table's alone (``TABLE_FAULTS``) names it (``sync.held``)."""
+        try:
+            return merge.write_target(self, self._tables[target], rows)
+        except FatalError as err:
+            text = str(err)
+            if not TABLE_FAULTS.search(text) or "cancel" in text.lower():
+                raise
+            raise TableError(
+                target,
+                f"warehouse table {self._tables[target].path} refused the batch's rows: {text[:600]}",
+                f"make the table writable again (ALTER TABLE delta.`{self._tables[target].path}` SET TBLPROPERTIES "
+                f"('delta.appendOnly' = 'false'), its files' permissions), or rebuild it (cdcsync reindex {self.name}"
+                " --table ...)",
+            ) from err
 
     def held(self, target: str) -> dict[str, tuple[int, dict[str, Any]]]:
         """Every live row: ``{doc_id: (version, doc in stored form)}``."""

@@ -48,12 +48,16 @@ Guarantees (``cdcsync.sync.sink``):
   before ES       **rejected**: NaN/Infinity, a lone surrogate, an int
                   beyond 64 bits, a reserved field name, an id over 512
                   bytes, one document over ``http.max_content_length``
-  closed index    ``RetryableError`` (``index_closed_exception``) naming
+  closed index    ``TableError`` (``index_closed_exception``) naming
                   the index and the fix: ``POST <index>/_open``, or
-                  reindex. Retried, then the follower stops (FatalError)
+                  reindex. Retried, then that table is held alone
+                  (``sync.held``) and the follower's others go on
+  index block     ``TableError`` too: a ``cluster_block_exception`` on
+                  that index (``index.blocks.write``, a disk flood
+                  stage's read-only block), naming how to lift it
   transient       ``RetryableError``: 429/502/503/504, thread pool
-                  rejections, circuit breakers, ``cluster_block_exception``
-                  (write blocks, disk watermarks); replaying is idempotent
+                  rejections, circuit breakers, a cluster-wide
+                  ``cluster_block_exception``; replaying is idempotent
   needs a person  ``FatalError``: ``index_not_found_exception`` (the alias
                   is gone: open creates it), ``security_exception``
   anything else   ``RetryableError`` ("does not classify"), then
@@ -78,7 +82,7 @@ from typing import Any
 from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import CdcsyncError, FatalError, RetryableError, mapped
+from cdcsync.errors import CdcsyncError, FatalError, RetryableError, TableError, mapped
 from cdcsync.sync.mapping import Row, TableMapping
 from cdcsync.sync.sink import Generations, WriteResult, redact_url
 from cdcsync.sync.sinks import elasticsearch_bulk as bulk
@@ -323,11 +327,21 @@ class ElasticsearchSink:
     def _item_error(self, kind: str, status: int, error: dict[str, Any], target: str) -> Exception:
         """The error that stops a batch for an item Elasticsearch refused for a reason not about its row."""
         refused = f"elasticsearch {self.url} refused a write to {self.index_of(target)} ({status}): {reason(error)}"
-        if kind == "closed":  # someone closed it; retried, then the follower stops: never dead letters
+        if kind == "closed":  # someone closed it; retried, then this table is held alone: never dead letters
             index = error.get("index") or self.index_of(target)
-            return RetryableError(
-                f"{refused}; the index {index} is closed: open it (POST {index}/_open) or rebuild the target"
-                f" (cdcsync reindex {self.name})",
+            return TableError(
+                target,
+                f"{refused}; the index {index} is closed",
+                f"open it (POST {index}/_open) or rebuild the target (cdcsync reindex {self.name} --table ...)",
+                retry_after=5.0,
+            )
+        if kind == "retry" and error.get("type") == "cluster_block_exception" and "index [" in str(error.get("reason")):
+            index = self.index_of(target)
+            return TableError(  # a block on this index alone (index.blocks.write, or a disk flood stage's)
+                target,
+                refused,
+                f'lift the block (PUT {index}/_settings {{"index.blocks.write": null, '
+                f'"index.blocks.read_only_allow_delete": null}}; after a disk flood stage, free disk first)',
                 retry_after=5.0,
             )
         if kind == "retry":

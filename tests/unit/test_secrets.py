@@ -7,7 +7,6 @@ import os
 import stat
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from cdcsync.config import Config
 from cdcsync.config_file import load_config
 from cdcsync.connectors.render import properties_text, render, secret_properties
 from cdcsync.errors import ConfigError
-from cdcsync.resolvers import BinlogPositions
 from cdcsync.sync import executors
 from cdcsync.sync.shipped import shipped_config, worker_secrets
 
@@ -67,11 +65,10 @@ def test_the_config_shipped_to_executors_holds_no_secret(tmp_path: Path) -> None
 
 def assert_not_shipped(config: Config) -> None:
     for name in [f.name for f in config.followers]:
-        stub = SimpleNamespace(name=name, mappings={}, binlog_seq=BinlogPositions.of(config))
-        batch = executors.batch_function(config, stub)  # type: ignore[arg-type]
-        shipped = [cell.cell_contents for cell in batch.__closure__ or () if cell.cell_contents is not stub]
-        assert shipped, "batch_function closes over nothing?"
-        pickled = cloudpickle.dumps(shipped)
+        # What Spark pickles for each task of a batch (the batch function itself runs on the driver).
+        task = executors.task_function(shipped_config(config, name), name, True, {}, 0)
+        assert task.__closure__, "the task closes over nothing?"
+        pickled = cloudpickle.dumps(task)
         assert SECRET.encode() not in pickled, f"follower {name}: the secret is in what tasks receive"
         assert SECRET.encode("utf-16-le") not in pickled
 

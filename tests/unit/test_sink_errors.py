@@ -9,6 +9,7 @@ lost silently").
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from cdcsync.errors import FatalError, RetryableError
+from cdcsync.errors import FatalError, RetryableError, TableError
 from cdcsync.events import Change
 from cdcsync.sync.mapping import Row
 from cdcsync.sync.sinks.elasticsearch import ElasticsearchSink
@@ -138,15 +139,21 @@ def test_redis_classification_of_plain_errors() -> None:
 
 CLOSED = {"type": "index_closed_exception", "reason": "closed", "index_uuid": "u", "index": "cdc-items-000001"}
 ES_NOT_REJECTED: list[tuple[int, dict[str, Any], type[Exception], str]] = [
-    (400, CLOSED, RetryableError, r"POST cdc-items-000001/_open"),
+    (400, CLOSED, TableError, r"POST cdc-items-000001/_open"),  # this table's alone: held (sync.held)
     (429, {"type": "es_rejected_execution_exception", "reason": "rejected execution"}, RetryableError, "429"),
     (429, {"type": "circuit_breaking_exception", "reason": "[parent] Data too large"}, RetryableError, "429"),
     (503, {"type": "unavailable_shards_exception", "reason": "primary shard is not active"}, RetryableError, "503"),
     (
         403,
         {"type": "cluster_block_exception", "reason": "index [x] blocked by: [FORBIDDEN/8/index write (api)];"},
+        TableError,
+        "index.blocks.write",
+    ),  # fmt: skip
+    (
+        403,
+        {"type": "cluster_block_exception", "reason": "blocked by: [SERVICE_UNAVAILABLE/1/state not recovered];"},
         RetryableError,
-        "blocked",
+        "state not recovered",
     ),  # fmt: skip
     (500, {"type": "some_future_exception", "reason": "never seen"}, RetryableError, "some_future_exception"),
     (400, {"type": "illegal_state_exception", "reason": "unexpected"}, RetryableError, "illegal_state_exception"),
@@ -186,8 +193,12 @@ def test_an_elasticsearch_item_error_not_about_its_row_raises_and_rejects_no_row
     monkeypatch: pytest.MonkeyPatch, status: int, error: dict[str, Any], raised: type[Exception], message: str
 ) -> None:
     answers = [{"status": 201}, {"status": status, "error": error}, {"status": 201}]
-    with pytest.raises(raised, match=message):
+    with pytest.raises(raised) as caught:
         es_answering(monkeypatch, answers).write(1, rows(3))
+    said = f"{caught.value} {caught.value.fix}" if isinstance(caught.value, TableError) else str(caught.value)
+    assert re.search(message, said), said
+    if isinstance(caught.value, TableError):
+        assert caught.value.target == "items"
 
 
 @pytest.mark.parametrize(("status", "error"), ES_REJECTED, ids=lambda v: str(v)[:40])

@@ -1,0 +1,83 @@
+"""Holding one table alone (``sync.held``), on plain data: the follower sets aside the rows its sink fails for.
+
+The real stores (an index closed, a Delta table made append-only) are in
+tests/integration/test_held_tables.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cdcsync.config import Config
+from cdcsync.errors import TableError
+from cdcsync.sync import held
+from cdcsync.sync.batch_counts import BatchCounts
+from cdcsync.sync.dead_letters import DeadLetters
+from cdcsync.sync.follower import Follower
+from cdcsync.sync.mapping import Row, TableMapping
+from cdcsync.sync.sink import WriteResult
+from tests.unit.test_shape import Sink, record
+
+OTHER = "src.public.u"
+
+
+class Refusing(Sink):
+    """A sink that fails for target ``t`` alone."""
+
+    def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
+        if any(r.target == "t" for r in rows):
+            raise TableError("t", "index t is closed", "open it")
+        return super().write(batch_id, rows)
+
+
+def follower(sink: Sink) -> Follower:
+    mappings = {
+        "src.public.t": TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int"}),
+        OTHER: TableMapping("public.u", "u", ("id",), types={"id": "int", "v": "int"}),
+    }
+    dead = DeadLetters({"bootstrap.servers": "127.0.0.1:1"}, "dlq", "held-test")
+    return Follower("held-test", sink, mappings, dead, max_attempts=1)  # type: ignore[arg-type]
+
+
+def test_the_rows_of_the_table_the_sink_fails_for_are_held_and_the_others_written() -> None:
+    sink = Refusing()
+    f = follower(sink)
+    other = [r._replace(topic=OTHER) for r in (record(3, {"id": 3, "v": 3}), record(4, {"id": 4, "v": 4}))]
+    counts = f.process(1, [record(1, {"id": 1, "v": 1}), *other, record(2, {"id": 2, "v": 2})])
+    assert sorted(r.doc_id for r in sink.rows) == ["3", "4"]
+    assert counts.held == 2 and counts.applied == 2 and counts.adds_up()
+    assert counts.held_tables == {"src.public.t": ["index t is closed", "open it"]}
+
+
+def config(tmp_path: Path) -> Config:
+    return Config.model_validate({"kafka": {"bootstrap_servers": "127.0.0.1:1"}, "state_dir": str(tmp_path)})
+
+
+def test_a_held_table_is_left_out_then_replayed_from_where_it_stopped_and_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg, f = config(tmp_path), follower(Sink())
+    failed = BatchCounts(held_tables={"src.public.t": ["index t is closed", "open it"]})
+    held.after_batch(cfg, f, failed, {"src.public.t": {0: 40}, OTHER: {0: 7}})
+    assert json.loads(held.state_file(tmp_path, "held-test").read_text())["src.public.t"]["since"] == {"0": 40}
+    [line] = held.lines(cfg, "held-test")
+    assert "public.t" in line and "index t is closed" in line and "fix: open it" in line
+
+    replayed: list[tuple[dict, dict]] = []
+
+    def replay(start: dict, end: dict) -> BatchCounts:
+        replayed.append((start, end))
+        return failed if len(replayed) == 1 else BatchCounts()
+
+    now = {"src.public.t": {0: 55}, OTHER: {0: 9}}
+    assert held.before_batch(cfg, f, now, replay) == {"src.public.t"} and replayed == []  # not due yet
+    monkeypatch.setattr(held, "RETRY_S", 0.0)
+    held.after_batch(cfg, f, failed, now)  # held again by a later batch: it still stopped at 40
+    assert held.before_batch(cfg, f, now, replay) == {"src.public.t"}  # tried, still failing
+    assert held.holding(cfg, "held-test")["src.public.t"]["since"] == {"0": 40}
+    assert held.before_batch(cfg, f, now, replay) == set()  # tried, applied: released, this batch takes it
+    assert replayed == [({"src.public.t": {0: 40}}, {"src.public.t": {0: 55}})] * 2
+    assert held.holding(cfg, "held-test") == {} and held.lines(cfg, "held-test") == []
