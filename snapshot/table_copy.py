@@ -22,7 +22,8 @@ from cdcsync.snapshot import jdbc, parallel
 from cdcsync.snapshot.reads import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
 from cdcsync.snapshot.replay import BATCH_ROWS
 from cdcsync.sync.batch_counts import BatchCounts
-from cdcsync.sync.follower import Follower, snapshot_record
+from cdcsync.sync.chunks import snapshot_record
+from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import Row, TableMapping, canonical_doc, doc_id
 from cdcsync.sync.values import convert
 

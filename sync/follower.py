@@ -31,17 +31,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, NoReturn
+from typing import NoReturn
 
-import orjson
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from cdcsync import metrics
 from cdcsync.errors import FatalError, RetryableError, TableError
-from cdcsync.events import BinlogSeq, Change, PoisonRecord, Record, SnapshotLsn, parse_record
+from cdcsync.events import BinlogSeq, PoisonRecord, Record, SnapshotLsn, parse_record
 from cdcsync.retry import doubling_honouring_retry_after, raised
 from cdcsync.sync import deadline, shape
 from cdcsync.sync.batch_counts import BatchCounts
+from cdcsync.sync.chunks import Chunk, finder, last_per_key, snapshot_record
 from cdcsync.sync.dead_letters import DeadLetters
 from cdcsync.sync.mapping import Row, TableMapping, map_row
 from cdcsync.sync.sink import Sink, WriteResult
@@ -68,48 +68,6 @@ def tune_gc() -> None:
         gc.freeze()
         gc.set_threshold(50_000, 20, 20)
         _gc_tuned = True
-
-
-def last_per_key(rows: Iterable[Row]) -> list[Row]:
-    """Keep, per (source, table, key), the row with the highest version; the later offset breaks ties.
-
-    Input order does not matter: Spark does not promise it inside a batch. The
-    document id stands for the key: it is one string per key of a table.
-    """
-    best: dict[tuple[str, str, str], Row] = {}
-    for row in rows:
-        change = row.change
-        ident = (change.source, change.table, row.doc_id)
-        held = best.get(ident)
-        if held is None or (change.version, change.partition, change.offset) > (
-            held.change.version,
-            held.change.partition,
-            held.change.offset,
-        ):
-            best[ident] = row
-    return list(best.values())
-
-
-def _finder(records: list[Record]) -> Callable[[Change], Record]:
-    """change -> the record it was parsed from; the index is built on the first call (a rejected row: rare)."""
-    index: dict[tuple[str, int, int], Record] = {}
-
-    def find(change: Change) -> Record:
-        if not index:
-            index.update(((r.topic, r.partition, r.offset), r) for r in records)
-        return index[(change.topic, change.partition, change.offset)]
-
-    return find
-
-
-# Rows to write, reduced to the last change per key, and how to find the record a rejected row came from.
-Chunk = tuple[list[Row], Callable[[Change], Record]]
-
-
-def snapshot_record(change: Change, doc: Any = None) -> Record:
-    """A row read from the source, as the record a dead letter carries (no Kafka coordinates)."""
-    value = orjson.dumps({"after": doc}, default=str) if doc is not None else None
-    return Record(change.topic, -1, -1, orjson.dumps(change.key, default=str), value)
 
 
 class Follower:
@@ -267,7 +225,7 @@ class Follower:
     def _reduced(self, rows: list[Row], mapped: list[Record], counts: BatchCounts) -> Chunk:
         latest = last_per_key(rows)
         counts.older += len(rows) - len(latest)
-        return latest, _finder(mapped)
+        return latest, finder(mapped)
 
     def apply_rows(self, batch_id: int, rows: list[Row], failed: Sequence[tuple[Record, str]] = ()) -> BatchCounts:
         """Write rows read from the source itself (``bootstrap --from source``), one per key.

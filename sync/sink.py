@@ -1,7 +1,7 @@
 """The sink contract: what a follower needs from a derived store.
 
 A sink receives batches of changes that are already reduced to the last change
-per key (``sync.follower.last_per_key``) and mapped (``sync.mapping``). It
+per key (``sync.chunks.last_per_key``) and mapped (``sync.mapping``). It
 must uphold, on its own server and for every key:
 
 - **Apply rule**: write a change only if its version is higher than the

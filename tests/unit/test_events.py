@@ -24,7 +24,7 @@ import pytest
 from cdcsync import resolvers
 from cdcsync.events import Change, PoisonRecord, parse_record, version_of
 from cdcsync.snapshot import reads
-from cdcsync.sync.follower import last_per_key
+from cdcsync.sync.chunks import last_per_key
 from cdcsync.sync.mapping import TableMapping, map_row
 
 FIXTURES = Path(__file__).parent / "fixtures"
