@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from cdcsync import metrics
 from cdcsync.config import Config
+from cdcsync.errors import TableError
 from cdcsync.sync import batch_reader, held, shape
 from cdcsync.sync.arrow_records import arrow_records
 from cdcsync.sync.batch_counts import BatchCounts
@@ -69,12 +70,12 @@ def batch_function(config: Config, follower: Follower, checkpoint: Path) -> Call
     name, lookup = follower.name, follower.binlog_seq is not None
 
     def batch(df: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions
+
         started = time.monotonic()
         start = batch_reader.batch_span(checkpoint, batch_id)[0]
         out = held.before_batch(config, follower, start, batch_reader.replay(config, follower, batch_id))
         if out:
-            from pyspark.sql import functions
-
             df = df.where(~functions.col("topic").isin(sorted(out)))
         # The shape changes learned for this batch: each retry learns at least one more, so this ends.
         tried: set[tuple[str, tuple[frozenset[str], frozenset[str]]]] = set()
@@ -91,7 +92,12 @@ def batch_function(config: Config, follower: Follower, checkpoint: Path) -> Call
                 if changed:
                     for topic, (unknown, lacking) in changed.items():
                         tried.add((topic, (unknown, lacking)))
-                        follower.relearn(topic, unknown, lacking)
+                        try:
+                            follower.relearn(topic, unknown, lacking)
+                        except TableError as refused:  # the sink refused this table's new shape: held alone
+                            held.hold_refused(config, follower, topic, refused, start)
+                            out.add(topic)
+                            df = df.where(functions.col("topic") != topic)
                     continue
                 count_failed_retries(name, str(err))
                 raise

@@ -152,7 +152,12 @@ class Follower:
                     raise PoisonRecord(f"topic {record.topic} has no mapping in follower {self.name}")
                 after = change.after
                 if after is not None and mapping.include is None and after.keys() != mapping.plan.keys():
-                    mapping = self._shape(record.topic, mapping, after.keys())
+                    try:
+                        mapping = self._shape(record.topic, mapping, after.keys())
+                    except TableError as err:  # the sink refused the table's new shape: held, like a failed write
+                        self._hold(record.topic, err, counts)
+                        counts.held += 1
+                        continue
                 rows.append(map_row(change, mapping))
                 mapped.append(record)
             except PoisonRecord as err:
@@ -199,7 +204,14 @@ class Follower:
             self.lacked[topic] = self.lacked.get(topic, shape.NONE) | lacking
             return self.mappings[topic]
         new, lost = shape.learned(old, fresh, unknown, lacking)
-        self.sink.learn(new)
+        try:
+            self.sink.learn(new)
+        except FatalError as err:  # this table's new shape alone (a column the store cannot hold): held, not fatal
+            raise TableError(
+                new.target,
+                f"sink {self.sink.name} refused table {new.table}'s new columns: {err}",
+                "what the reason names (a rename in the follower's mappings, then a restart; or a reindex)",
+            ) from err
         if lost:
             self.sink.forget(new.target, sorted(old.field(c) for c in lost))
         self.mappings[topic] = new
@@ -333,12 +345,17 @@ class Follower:
             if not topics:
                 raise
             for topic in topics:
-                self.failed[topic] = (str(err), err.fix)
+                self._hold(topic, err, counts)
             rest = [r for r in rows if r.target != err.target]
             with self._retries:
                 counts.held += len(rows) - len(rest)
-            log.error("follower=%s batch=%d table held: %s", self.name, batch_id, err)
             return self._write_or_hold(batch_id, rest, counts) if rest else WriteResult()
+
+    def _hold(self, topic: str, err: TableError, counts: BatchCounts) -> None:
+        """Set ``topic``'s table aside for the rest of the batch; the batch's caller records it (``sync.held``)."""
+        if topic not in self.failed:
+            log.error("follower=%s table=%s held for this batch: %s", self.name, self.mappings[topic].table, err)
+        self.failed[topic] = (str(err), err.fix)
 
     def _write(self, batch_id: int, rows: list[Row], counts: BatchCounts) -> WriteResult:
         """``sink.write``, tried up to ``max_attempts`` times while it raises ``RetryableError``.

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdcsync import metrics
 from cdcsync.config import Config
+from cdcsync.errors import TableError
 from cdcsync.state import base_dir
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.position import Positions
@@ -144,6 +145,12 @@ def before_batch(config: Config, follower: Follower, start: Positions, replay: R
             release(config, follower.name, topic)
     follower.left_out = out
     return out
+
+
+def hold_refused(config: Config, follower: Follower, topic: str, err: TableError, start: Positions) -> None:
+    """Hold ``topic``'s table from this batch's start: the driver's sink refused its new shape (``relearn``)."""
+    table = follower.mappings[topic].table if topic in follower.mappings else topic
+    hold(config, follower.name, topic, table, str(err), err.fix, start.get(topic, {}))
 
 
 def after_batch(config: Config, follower: Follower, counts: BatchCounts, start: Positions) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cdcsync.config import Config
-from cdcsync.errors import TableError
+from cdcsync.errors import FatalError, TableError
 from cdcsync.sync import held
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.dead_letters import DeadLetters
@@ -81,3 +81,27 @@ def test_a_held_table_is_left_out_then_replayed_from_where_it_stopped_and_releas
     assert held.before_batch(cfg, f, now, replay) == set()  # tried, applied: released, this batch takes it
     assert replayed == [({"src.public.t": {0: 40}}, {"src.public.t": {0: 55}})] * 2
     assert held.holding(cfg, "held-test") == {} and held.lines(cfg, "held-test") == []
+
+
+class RefusingShapes(Sink):
+    """A sink that refuses to learn a new column of target ``t`` (a name the store cannot hold)."""
+
+    def learn(self, mapping: TableMapping) -> None:
+        if mapping.target == "t" and "born" in mapping.types:
+            raise FatalError("column 'born' clashes; give it another name: mappings.'public.t'.rename")
+        super().learn(mapping)
+
+
+def test_a_table_whose_new_shape_the_sink_refuses_is_held_and_the_others_written() -> None:
+    def learn(topic: str) -> TableMapping:
+        return TableMapping("public.t", "t", ("id",), types={"id": "int", "v": "int", "born": "date"})
+
+    sink = RefusingShapes()
+    f = follower(sink)
+    f.learn = learn
+    other = record(3, {"id": 3, "v": 3})._replace(topic=OTHER)
+    grown = [record(1, {"id": 1, "v": 1, "born": "2020-01-02"}), record(2, {"id": 2, "v": 2})]
+    counts = f.process(1, [*grown, other])
+    assert [r.doc_id for r in sink.rows] == ["3"] and counts.held == 2 and counts.adds_up()
+    [(reason, fix)] = counts.held_tables.values()
+    assert "refused table public.t's new columns" in reason and "rename" in reason and "rename" in fix
