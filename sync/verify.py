@@ -90,7 +90,9 @@ def verify_follower(
     if only is not None and only not in followed:
         raise ConfigError([f"follower {follower.name} follows no table {only}; it follows: {', '.join(followed)}"])
     mappings = mappings_for(config, follower)
-    sink.open(list(mappings.values()))
+    # Only the tables verified: another table's mapping the store refuses (a table held alone) is not this pass's.
+    verified = [s.topic(t) for s, t in config.followed_tables(follower) if only in (None, f"{s.name}.{t}")]
+    sink.open([mappings[topic] for topic in verified])
     reports = []
     for source, table in config.followed_tables(follower):
         mapping = mappings[source.topic(table)]

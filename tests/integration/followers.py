@@ -24,6 +24,7 @@ from elasticsearch import Elasticsearch
 from cdcsync.config import Config
 from cdcsync.connectors.apply import apply
 from cdcsync.state import base_dir
+from cdcsync.sync.batch_reader import batch_span
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.sinks import build_sink
 from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
@@ -120,6 +121,22 @@ class Scenario:
     def docs(self, follower: str, target: str) -> dict[str, dict[str, Any]]:
         """What a follower's store holds for ``target``: id -> document, read through the store's own client."""
         return {ident: doc for ident, (_version, doc) in self.held(follower, target).items()}
+
+
+def assert_first_batch_from(config: Config, cfg: Any, follower: Any, query: Any, recorded: dict[str, Any]) -> None:
+    """A new follower's stream began where its bootstrap stopped: ``recorded`` (the start file's offsets).
+
+    The first batch's start is in the checkpoint (``sync.batch_reader.batch_span``). A follower whose Spark
+    tasks read the batch also has Spark's count of the rows read, which says the same: from "earliest" it
+    would count every record. The warehouse reads its batch itself: Spark counts none.
+    """
+    start, _end = batch_span(checkpoint_dir(config, cfg), 0)
+    assert {t: {str(p): o for p, o in start[t].items()} for t in recorded} == recorded, (cfg.name, start)
+    first = query.recentProgress[0]["sources"][0]  # a new query reports no startOffset
+    if follower.sink.order_free:
+        end = json.loads(first["endOffset"])
+        expected = sum(end[tp][p] - offset for tp, parts in recorded.items() for p, offset in parts.items())
+        assert first["numInputRows"] == expected, (cfg.name, first, recorded)
 
 
 def numbered_table(t: str, rows: int, kind: str = "postgres") -> dict[str, list[str]]:

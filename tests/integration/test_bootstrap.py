@@ -19,7 +19,7 @@ from cdcsync.snapshot.bootstrap import bootstrap_from_topics
 from cdcsync.state import base_dir
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
-from tests.integration.followers import numbered_table, scenario, writing
+from tests.integration.followers import assert_first_batch_from, numbered_table, scenario, writing
 from tests.support import execute, killing_a_child_process, uid
 
 
@@ -68,12 +68,7 @@ def test_bootstrap_under_writes_then_stream_from_the_recorded_offsets(
                 query = start_query(spark, sc.config, cfg, follower, once=True)
                 query.awaitTermination(600)
                 assert query.exception() is None
-                first = query.recentProgress[0]["sources"][0]  # a new query reports no startOffset
-                end = json.loads(first["endOffset"])
-                expected = sum(
-                    end[topic][p] - offset for topic, parts in recorded.items() for p, offset in parts.items()
-                )
-                assert first["numInputRows"] == expected  # from "earliest" it would re-read every record
+                assert_first_batch_from(sc.config, cfg, follower, query, recorded)
                 sc.followers[cfg.name] = follower
                 with pytest.raises(FatalError, match="already has a checkpoint"):
                     bootstrap_from_topics(sc.config, cfg, follower, checkpoint_dir(sc.config, cfg), base_dir(sc.config))

@@ -35,7 +35,7 @@ from cdcsync.snapshot.reindex import reindex
 from cdcsync.state import base_dir
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
-from tests.integration.followers import scenario
+from tests.integration.followers import assert_first_batch_from, scenario
 from tests.support import ENV, execute, in_background, uid
 
 PARTITIONS = 4
@@ -218,10 +218,7 @@ def test_four_partitions_bootstrap_and_stream_under_key_updates(spark: Any, tmp_
                 query = start_query(spark, sc.config, cfg, follower, once=True)
                 query.awaitTermination(600)
                 assert query.exception() is None, query.exception()
-                first = query.recentProgress[0]["sources"][0]
-                end = json.loads(first["endOffset"])
-                expected = sum(end[tp][p] - offset for tp, parts in recorded.items() for p, offset in parts.items())
-                assert first["numInputRows"] == expected, (cfg.name, first, recorded)
+                assert_first_batch_from(sc.config, cfg, follower, query, recorded)
                 sc.followers[cfg.name] = follower  # (b) and it streams on from there, below
             # A reindex (Redis: the quickest store to rebuild) aligns on every partition too, writes still running.
             rebuilt = reindex(sc.config, next(c for c in sc.config.followers if c.name == "cache"), spark)

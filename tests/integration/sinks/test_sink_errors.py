@@ -19,7 +19,7 @@ import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 from elasticsearch import Elasticsearch
 
-from cdcsync.errors import FatalError, RetryableError
+from cdcsync.errors import FatalError, RetryableError, TableError
 from cdcsync.events import Change, Record
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.dead_letters import DeadLetters
@@ -136,8 +136,9 @@ def test_a_closed_index_rejects_no_row_and_the_write_applies_once_it_is_reopened
     index = physical(es, es_sink)
     es.indices.close(index=index)
     rows = [upsert(1, 20, name="while closed"), upsert(2, 20, name="new")]
-    with pytest.raises(RetryableError, match=rf"POST {index}/_open"):
+    with pytest.raises(TableError, match=rf"the index {index} is closed") as refused:  # a RetryableError
         es_sink.write(2, rows)
+    assert refused.value.target == "items" and f"POST {index}/_open" in refused.value.fix
     reopen(es, index)
     result = es_sink.write(2, rows)  # the follower's retry of the same batch
     assert (result.applied, result.older, result.rejected) == (2, 0, [])
@@ -154,8 +155,10 @@ def test_the_follower_dead_letters_nothing_while_the_index_is_closed(
     with dead_letter_topic() as topic:
         run = follower(es_sink, topic)
         es.indices.close(index=index)
-        with pytest.raises(RetryableError, match=rf"still failing after 1 attempts: .*POST {index}/_open"):
-            run.process(1, batch(3))
+        held = run.process(1, batch(3))  # the table's rows are held, for the batch's caller to retry (sync.held)
+        assert (held.held, held.applied, held.dead_lettered) == (3, 0, 0) and held.adds_up()
+        [(reason, fix)] = held.held_tables.values()
+        assert f"the index {index} is closed" in reason and f"POST {index}/_open" in fix
         run.dead_letters.flush()
         reopen(es, index)
         counts = run.process(1, [*batch(3), poison(3)])  # Spark replays the batch: its offsets never committed
