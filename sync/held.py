@@ -149,12 +149,14 @@ def before_batch(config: Config, follower: Follower, start: Positions, replay: R
 
 def hold_refused(config: Config, follower: Follower, topic: str, err: TableError, start: Positions) -> None:
     """Hold ``topic``'s table from this batch's start: the driver's sink refused its new shape (``relearn``)."""
-    table = follower.mappings[topic].table if topic in follower.mappings else topic
-    hold(config, follower.name, topic, table, str(err), err.fix, start.get(topic, {}))
+    hold(config, follower.name, topic, _table(follower, topic), str(err), err.fix, start.get(topic, {}))
 
 
 def after_batch(config: Config, follower: Follower, counts: BatchCounts, start: Positions) -> None:
     """Record the tables this batch held, from its start (their first change not applied)."""
     for topic, (reason, fix) in counts.held_tables.items():
-        table = follower.mappings[topic].table if topic in follower.mappings else topic
-        hold(config, follower.name, topic, table, reason, fix, start.get(topic, {}))
+        hold(config, follower.name, topic, _table(follower, topic), reason, fix, start.get(topic, {}))
+
+
+def _table(follower: Follower, topic: str) -> str:
+    return follower.mappings[topic].table if topic in follower.mappings else topic
