@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
 from cdcsync.resolvers import BinlogPositions, SnapshotLsns
-from cdcsync.sync import backfill, reindex_needed
+from cdcsync.sync import backfill, held, reindex_needed
 from cdcsync.sync.catalog import learner, mappings_for
 from cdcsync.sync.dead_letters import DeadLetters, ensure_dead_letter_topic
 from cdcsync.sync.follower import Follower, tune_gc
@@ -43,8 +43,8 @@ def build_follower(
         raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")
     tune_gc()
     sink = build_sink(config, follower, spark, fill=fill)
-    if open_sink:
-        sink.open(list(mappings.values()))
+    if open_sink:  # a table the sink refuses alone is held (sync.held), the follower starts with the others
+        held.open_tables(config, follower.name, sink, mappings)
     ensure_dead_letter_topic(config, follower)
     tables = {source.topic(table): (source, table) for source, table in config.followed_tables(follower)}
     built = Follower(

@@ -206,7 +206,7 @@ class Follower:
         new, lost = shape.learned(old, fresh, unknown, lacking)
         try:
             self.sink.learn(new)
-        except FatalError as err:  # this table's new shape alone (a column the store cannot hold): held, not fatal
+        except (FatalError, TableError) as err:  # this table's new shape alone (a column the store cannot hold): held
             raise TableError(
                 new.target,
                 f"sink {self.sink.name} refused table {new.table}'s new columns: {err}",

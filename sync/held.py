@@ -21,8 +21,11 @@ makes a replayed change a no-op) and nothing is skipped.
 
 A held table is named at ``/healthz`` and by ``cdcsync status``, and
 ``cdcsync_table_held{follower,table}`` is 1 (alert ``CdcsyncTableHeld``).
-A failure the sink does not tie to one target (the server down, a
-connection refused) is no table's: the batch fails and the follower restarts
+A table the sink refuses when the follower starts (``open``: its store
+no longer fits it, e.g. a column that changed type, before its reindex)
+is held the same way (``open_tables``), from the first batch's start; its
+retry opens it again before replaying. A failure the sink does not tie to
+one target (the server down, a connection refused) is no table's: the batch fails and the follower restarts
 as before. A whole server refusing every index (a disk flood stage marks
 each index read-only) holds each table it meets, and releases each when the
 block is lifted.
@@ -47,6 +50,8 @@ from cdcsync.sync.position import Positions
 
 if TYPE_CHECKING:
     from cdcsync.sync.follower import Follower
+    from cdcsync.sync.mapping import TableMapping
+    from cdcsync.sync.sink import Sink
 
 log = logging.getLogger("cdcsync.held")
 
@@ -87,6 +92,56 @@ def hold(config: Config, follower: str, topic: str, table: str, reason: str, fix
     entries[topic] = entry
     _write(config, follower, entries)
     metrics.TABLE_HELD.labels(follower, table).set(1)
+
+
+def open_tables(config: Config, follower: str, sink: Sink, mappings: dict[str, TableMapping]) -> None:
+    """Open ``sink`` for the follower's tables; one it refuses alone (``TableError``) is held, the others open.
+
+    After a refusal each table is opened alone, to find the ones refused. A
+    ``FatalError`` is no one table's (a wrong password, a template the
+    server refuses): it is raised, and the follower does not start. A table
+    an earlier start held that opens now is tried at the first batch, not a
+    minute later.
+    """
+    refused: dict[str, TableError] = {}
+    try:
+        sink.open(list(mappings.values()))
+    except TableError:
+        for topic, mapping in mappings.items():
+            try:
+                sink.open([mapping])
+            except TableError as one:
+                refused[topic] = one
+    entries, now = holding(config, follower), time.time()
+    for topic, err in refused.items():
+        table = mappings[topic].table
+        if topic not in entries:
+            log.error("follower=%s table=%s held: its sink refused it at start: %s; fix: %s; the follower starts "
+                      "without it", follower, table, err, err.fix)  # fmt: skip
+        entry = entries.setdefault(topic, {"table": table, "since": {}, "held_at": now})  # since: the first batch's
+        entry.update(reason=f"sink {sink.name} refused table {table} at the follower's start: {err}",
+                     fix=err.fix, tried_at=now, reopen=True)  # fmt: skip
+        metrics.TABLE_HELD.labels(follower, table).set(1)
+    for topic, entry in entries.items():
+        if entry.get("reopen") and topic not in refused:  # opened now: fixed while stopped, so tried at once
+            entry.update(reopen=False, tried_at=0)
+    if entries:
+        _write(config, follower, entries)
+
+
+def _reopened(config: Config, follower: Follower, topic: str, entry: dict[str, Any]) -> bool:
+    """Whether a table held at the follower's start opens now; its record updated either way."""
+    try:
+        follower.sink.open([follower.mappings[topic]])
+    except TableError as err:
+        since = {int(p): o for p, o in entry["since"].items()}
+        hold(config, follower.name, topic, entry["table"], f"sink {follower.sink.name} still refuses it: {err}",
+             entry["fix"], since)  # fmt: skip
+        return False
+    entries = holding(config, follower.name)
+    entries[topic]["reopen"] = False
+    _write(config, follower.name, entries)
+    return True
 
 
 def release(config: Config, follower: str, topic: str) -> None:
@@ -131,8 +186,15 @@ def before_batch(config: Config, follower: Follower, start: Positions, replay: R
     """
     out: set[str] = set()
     now = time.time()
-    for topic, entry in holding(config, follower.name).items():
+    entries = holding(config, follower.name)
+    for topic, entry in entries.items():
+        if not entry["since"] and topic in start:  # held at the start (open_tables): from this batch's start
+            entry["since"] = {str(p): o for p, o in start[topic].items()}
+            _write(config, follower.name, entries)
         if topic not in start or now - entry.get("tried_at", 0) < RETRY_S:
+            out.add(topic)
+            continue
+        if entry.get("reopen") and not _reopened(config, follower, topic, entry):
             out.add(topic)
             continue
         since = {int(p): o for p, o in entry["since"].items()}

@@ -22,7 +22,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import types as T
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.errors import FatalError
+from cdcsync.errors import FatalError, TableError
 from cdcsync.state import base_dir
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks.delta_history import HISTORY
@@ -120,10 +120,13 @@ def open_table(sink: DeltaSink, path: str, columns: dict[str, str | None], histo
             table.kinds[field.name] = kind_of(field.dataType) or "decimal"
             continue
         if field.name in columns and field.dataType != spark_type(wanted):
-            raise FatalError(
+            command = f"cdcsync reindex {sink.name} --table {path.rsplit('/', 1)[-1]} --from source"
+            raise TableError(  # this table's alone: held, its follower's other tables go on (sync.held)
+                path.rsplit("/", 1)[-1],
                 f"{path}: column {field.name} is {field.dataType.simpleString()}, the mapping wants "
                 f"{spark_type(columns[field.name]).simpleString()} (the source column changed type?); run "
-                f"`cdcsync reindex {sink.name} --table {path.rsplit('/', 1)[-1]} --from source`, or fix the mapping"
+                f"`{command}`, or fix the mapping",
+                f"run `{command}`, or fix the mapping",
             )
         table.kinds[field.name] = columns.get(field.name, kind_of(field.dataType))
     add_columns(sink, table, {n: k for n, k in columns.items() if n not in table.kinds})

@@ -215,9 +215,12 @@ class ElasticsearchSink:
                 except ApiError as err:
                     if err.meta.status != 400:
                         raise
-                    raise FatalError(
+                    command = f"cdcsync reindex {self.name} --table {target} --from source"
+                    raise TableError(  # this table's alone: held, its follower's other tables go on (sync.held)
+                        target,
                         f"index {alias}: mapping no longer fits the table ({err}; a source column changed type?); "
-                        f"run `cdcsync reindex {self.name} --table {target} --from source`"
+                        f"run `{command}`",
+                        f"run `{command}`",
                     ) from None
                 if check:
                     report(self.name, alias, target, needs, self.on_drift)

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from cdcsync.errors import FatalError
+from cdcsync.errors import TableError
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.sinks.elasticsearch_markers import DELETED_AT_FIELD, DELETED_AT_MAPPING, DELETED_FIELD
 
@@ -109,12 +109,14 @@ def refused_fields(table: str, fields: dict[str, str]) -> list[str]:
 def properties(mapping: TableMapping, own: dict[str, Any]) -> dict[str, Any]:
     """The index's explicit field mappings for ``mapping``'s columns, after the sink's ``own`` fields.
 
-    A column Elasticsearch would refuse in every document is a ``FatalError`` naming it and the rename to set.
+    A column Elasticsearch would refuse in every document is a ``TableError`` naming it and the rename to
+    set: the table is held alone, its follower's other tables go on (``sync.held``).
     """
     fields = mapping.fields()
     problems = refused_fields(mapping.table, {name: column for column, (name, _) in fields.items()})
     if problems:
-        raise FatalError("; ".join(problems))
+        fix = f"the renames named, in the follower's mappings.'{mapping.table}'.rename, then a restart of the follower"
+        raise TableError(mapping.target, "; ".join(problems), fix)
     props = dict(own)
     for name, kind in fields.values():
         if kind in FIELD_TYPES:

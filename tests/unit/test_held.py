@@ -105,3 +105,64 @@ def test_a_table_whose_new_shape_the_sink_refuses_is_held_and_the_others_written
     assert [r.doc_id for r in sink.rows] == ["3"] and counts.held == 2 and counts.adds_up()
     [(reason, fix)] = counts.held_tables.values()
     assert "refused table public.t's new columns" in reason and "rename" in reason and "rename" in fix
+
+
+class RefusingAtOpen(Sink):
+    """A sink whose store no longer fits target ``t`` while ``broken``: it refuses to open it."""
+
+    broken = True
+
+    def open(self, mappings: list[TableMapping]) -> None:
+        if self.broken and any(m.target == "t" for m in mappings):
+            command = "cdcsync reindex s --table t --from source"
+            raise TableError("t", f"index t: v is long, the mapping wants text; run `{command}`", f"run `{command}`")
+
+
+def test_a_table_the_sink_refuses_at_start_is_held_from_the_first_batch_and_reopened_after_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg, sink = config(tmp_path), RefusingAtOpen()
+    f = follower(sink)
+    held.open_tables(cfg, f.name, sink, f.mappings)  # the follower starts, without t
+    [entry] = held.holding(cfg, f.name).values()
+    assert entry["since"] == {} and entry["fix"] == "run `cdcsync reindex s --table t --from source`"
+    assert "refused table public.t at the follower's start" in entry["reason"]
+
+    replayed: list[tuple[dict, dict]] = []
+
+    def replay(start: dict, end: dict) -> BatchCounts:
+        replayed.append((start, end))
+        return BatchCounts()
+
+    assert held.before_batch(cfg, f, {"src.public.t": {0: 12}, OTHER: {0: 3}}, replay) == {"src.public.t"}
+    assert held.holding(cfg, f.name)["src.public.t"]["since"] == {"0": 12}  # where its first change not applied is
+    monkeypatch.setattr(held, "RETRY_S", 0.0)
+    later = {"src.public.t": {0: 30}, OTHER: {0: 8}}
+    assert held.before_batch(cfg, f, later, replay) == {"src.public.t"} and replayed == []  # still refused
+    assert "still refuses it" in held.holding(cfg, f.name)["src.public.t"]["reason"]
+    sink.broken = False  # the reindex ran
+    assert held.before_batch(cfg, f, later, replay) == set()
+    assert replayed == [({"src.public.t": {0: 12}}, {"src.public.t": {0: 30}})] and held.holding(cfg, f.name) == {}
+
+
+def test_a_table_fixed_while_the_follower_was_stopped_is_tried_at_its_first_batch(
+    tmp_path: Path,
+) -> None:
+    cfg, sink = config(tmp_path), RefusingAtOpen()
+    f = follower(sink)
+    held.open_tables(cfg, f.name, sink, f.mappings)
+    sink.broken = False
+    held.open_tables(cfg, f.name, sink, f.mappings)  # the next start, after the reindex
+    assert held.before_batch(cfg, f, {"src.public.t": {0: 5}, OTHER: {0: 1}}, lambda s, e: BatchCounts()) == set()
+    assert held.holding(cfg, f.name) == {}
+
+
+def test_a_refusal_that_is_no_one_tables_stops_the_follower_s_start(tmp_path: Path) -> None:
+    class RefusingAll(Sink):
+        def open(self, mappings: list[TableMapping]) -> None:
+            raise FatalError("index template refused")
+
+    f = follower(RefusingAll())
+    with pytest.raises(FatalError, match="template"):
+        held.open_tables(config(tmp_path), f.name, f.sink, f.mappings)
+    assert held.holding(config(tmp_path), f.name) == {}
