@@ -49,6 +49,10 @@ Guarantees (``cdcsync.sync.sink``):
                      ``TRYAGAIN``, SCRIPT KILL. The follower retries the whole
                      batch (idempotent: rows written stay written), then stops
                      with ``FatalError``
+  one target's keys  ``TableError``: an ACL that leaves out the call's keys
+                     (``NOPERM`` ... keys): that table is held alone, the
+                     follower's others go on (``sync.held``); the fix names
+                     the key patterns to grant
   needs a person     ``FatalError``: ``NOAUTH``, ``WRONGPASS``, ``NOPERM`` and
                      an ACL refusal inside the script (the message lists what
                      to grant); ``MOVED``, ``ASK``, ``CROSSSLOT`` (Redis

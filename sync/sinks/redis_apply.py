@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from cdcsync.errors import Errors, FatalError
+from cdcsync.errors import Errors, FatalError, TableError
 from cdcsync.sync.mapping import Row, scalar_text
 from cdcsync.sync.sink import WriteResult
 from cdcsync.sync.sinks.redis_errors import classify
@@ -76,6 +76,15 @@ def encode(row: Row) -> bytes:
 def outcomes(call: Call, reply: Any, url: str, errors: Errors) -> WriteResult:
     """Count one call's answer (a byte per row, then the refused rows' errors); any other answer stops the batch."""
     if isinstance(reply, RedisError):
+        if refused_keys(reply):  # the user's ACL leaves out this target's keys: its table is held (sync.held)
+            row, key, _ = call.rows[0]
+            rows = key[: len(key) - len(row.doc_id)] + "*"
+            raise TableError(
+                row.target,
+                f"redis {url} refused the keys of target {row.target}: {reply}",
+                f"grant the sink's Redis user the keys {rows}, {call.marker} and {call.journal} "
+                f"(ACL SETUSER <user> ~{rows} ~{call.marker} ~{call.journal})",
+            )
         if classify(reply) != "script":
             with errors("write"):
                 raise reply
@@ -102,6 +111,12 @@ def outcomes(call: Call, reply: Any, url: str, errors: Errors) -> WriteResult:
                     raise error
             result.rejected.append((row, str(error)))
     return result
+
+
+def refused_keys(err: RedisError) -> bool:
+    """Whether ``err`` is an ACL refusing the call's keys (not a command): one target's, where calls are."""
+    text = str(err)
+    return "no permissions to access one of the keys" in text or "can't access at least one of the keys" in text
 
 
 def stored_form(doc: dict[str, Any]) -> dict[str, Any]:
