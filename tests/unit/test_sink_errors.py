@@ -68,7 +68,6 @@ REDIS_RETRYABLE = [
 ]
 REDIS_FATAL = [
     ResponseError(ACL_REFUSAL),
-    NoPermissionError("this user has no permissions to access one of the keys used as arguments"),
     AuthenticationError("invalid username-password pair or user is disabled."),
     ResponseError("NOPERM User cdc has no permissions to run the 'hset' command"),
     ResponseError("MOVED 3999 127.0.0.1:6381"),
@@ -102,6 +101,17 @@ def test_a_redis_refusal_a_person_must_fix_stops_the_follower_and_rejects_no_row
         redis_answering(monkeypatch, per_row(1, error, 1)).write(1, rows(3))
     with pytest.raises(FatalError, match="redis"):
         redis_answering(monkeypatch, error).write(1, rows(3))
+
+
+def test_a_call_whose_keys_the_acl_leaves_out_is_its_table_s_failure_naming_the_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    refused = NoPermissionError("this user has no permissions to access one of the keys used as arguments")
+    sink = redis_answering(monkeypatch, refused)
+    with pytest.raises(TableError, match="refused the keys of target") as held:
+        sink.write(1, rows(3))
+    target = rows(1)[0].target
+    assert held.value.target == target and f"~{sink.prefix}:{target}:*" in held.value.fix
 
 
 def test_an_acl_refusal_inside_the_script_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
