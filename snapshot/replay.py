@@ -32,6 +32,7 @@ from cdcsync.errors import FatalError, RetryableError
 from cdcsync.events import Record
 from cdcsync.retry import doubling_honouring_retry_after
 from cdcsync.snapshot import parallel
+from cdcsync.sync import log_window
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.follower import Follower
 from cdcsync.sync.mapping import TableMapping
@@ -127,44 +128,31 @@ def read_window(
 
     Yields them in lists of about ``batch_rows`` (default ``BATCH_ROWS``), in
     offset order per partition; a record at or past its partition's end
-    belongs to the stream and is left out. Compaction can leave no record just
-    before an end, so a partition is done when the consumer's position reaches
-    the end, not when a record at ``end - 1`` arrives. Nothing is committed to
-    Kafka: the caller owns the position. ``timeout_s``: give up with
-    ``FatalError`` naming the partitions still pending.
+    belongs to the stream and is left out; a partition is done when the
+    consumer's position reaches its end (``sync.log_window``). Nothing is
+    committed to Kafka: the caller owns the position. ``timeout_s``: give up
+    with ``FatalError`` naming the partitions still pending.
     """
     size = batch_rows or BATCH_ROWS
-    pending = {tp: end for tp, end in ends.items() if end > starts.get(tp, 0)}
-    if not pending:
-        return
+    spans = {(tp.topic, tp.partition): (starts.get(tp, 0), end) for tp, end in ends.items()}
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    reader.assign([TopicPartition(tp.topic, tp.partition, starts.get(tp, 0)) for tp in pending])
-    # The offsets still to read: consume() returns once it has that many, not after its whole timeout (a
-    # window of a few records cost a second). Compaction gaps make it an upper bound; then the timeout ends it.
-    left = {tp: end - starts.get(tp, 0) for tp, end in pending.items()}
+
+    def each_round(pending: dict[log_window.Where, log_window.Span]) -> None:
+        if deadline is not None and pending and time.monotonic() > deadline:
+            raise FatalError(
+                f"reading the change log window timed out after {timeout_s:.0f}s; "
+                f"still pending: {sorted(f'{topic}[{partition}]' for topic, partition in pending)}"
+            )
+
     batch: list[Record] = []
     try:
-        while pending:
-            for msg in reader.consume(max(1, min(1000, sum(left.values()))), timeout=1):
-                tp = TopicPartition(msg.topic(), msg.partition())
-                if msg.error() or tp not in pending or msg.offset() >= pending[tp]:
-                    continue
-                left[tp] = pending[tp] - msg.offset() - 1
-                batch.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
-            for position in reader.position([TopicPartition(tp.topic, tp.partition) for tp in pending]):
-                tp = TopicPartition(position.topic, position.partition)
-                if position.offset >= pending[tp]:
-                    del pending[tp]
-                    left.pop(tp, None)
-                    reader.incremental_unassign([tp])
-            if len(batch) >= size or (batch and not pending):
+        for record in log_window.records(reader, spans, each_round, strict=False, most=1000):
+            batch.append(record)
+            if len(batch) >= size:
                 yield batch
                 batch = []
-            if deadline is not None and pending and time.monotonic() > deadline:
-                raise FatalError(
-                    f"reading the change log window timed out after {timeout_s:.0f}s; "
-                    f"still pending: {sorted(f'{tp.topic}[{tp.partition}]' for tp in pending)}"
-                )
+        if batch:
+            yield batch
     finally:
         # A caller that stops half-way may close the consumer before it lets go of this generator.
         with contextlib.suppress(RuntimeError):  # confluent_kafka: "Consumer closed"

@@ -28,13 +28,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
-
 from cdcsync import kafka
 from cdcsync.config import Config
 from cdcsync.errors import RetryableError
 from cdcsync.events import Record
-from cdcsync.sync import deadline
+from cdcsync.sync import deadline, log_window
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.position import Positions, initial_positions, offsets_of_batch
 
@@ -66,67 +64,34 @@ def read_span(
     config: Config, follower: str, batch_id: int, start: Positions, end: Positions, silent_s: float = SILENT_S
 ) -> Iterator[Record]:
     """Every record from ``start`` up to ``end`` (exclusive), in offset order within each partition."""
-    wanted = {
-        (topic, partition): (offset, end[topic][partition])
-        for topic, parts in start.items()
-        for partition, offset in parts.items()
-        if end[topic][partition] > max(offset, 0)
-    }
-    if not wanted:
-        return
+    spans = {(t, p): (offset, end[t][p]) for t, parts in start.items() for p, offset in parts.items()}
     consumer = kafka.consumer(
         {
             **config.kafka.client_config(),
             "group.id": f"cdcsync-batch-{follower}",
             "enable.auto.commit": False,
-            "enable.partition.eof": True,
             "auto.offset.reset": "earliest",  # a start the log no longer holds (failOnDataLoss=false, as the query)
             "queued.max.messages.kbytes": QUEUE_KIB,
         }
     )
+    heard = dict.fromkeys(spans, time.monotonic())
+
+    def each_round(pending: dict[log_window.Where, log_window.Span]) -> None:
+        deadline.progress(follower)
+        if deadline.current(follower) != batch_id:
+            raise Cancelled(f"follower {follower}: batch {batch_id} was cancelled while reading its records")
+        silent = [w for w in pending if time.monotonic() - heard[w] > silent_s]
+        if silent:
+            topic, partition = silent[0]
+            raise RetryableError(
+                f"follower {follower}: no record of {topic}[{partition}] for {silent_s:.0f} s, before offset "
+                f"{pending[silent[0]][1]} (batch {batch_id}'s end); is the broker up?"
+            )
+
     try:
-        consumer.assign(
-            [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), (o, _e) in sorted(wanted.items())]
-        )
-        heard = {where: time.monotonic() for where in wanted}
-        # The offsets still to read: consume() returns once it has that many, not after its whole timeout (which
-        # every batch of a few records waited out). Compaction gaps make it an upper bound; the position ends those.
-        left = {where: e - max(o, 0) for where, (o, e) in wanted.items()}
-        while wanted:
-            if deadline.current(follower) != batch_id:
-                raise Cancelled(f"follower {follower}: batch {batch_id} was cancelled while reading its records")
-            done: list[tuple[str, int]] = []
-            for msg in consumer.consume(max(1, min(500, sum(left.values()))), timeout=0.5):
-                where = (msg.topic(), msg.partition())
-                if where not in wanted:
-                    continue
-                error = msg.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise RetryableError(f"follower {follower}: reading {where[0]}[{where[1]}]: {error}")
-                    continue
-                heard[where] = time.monotonic()
-                left[where] = wanted[where][1] - msg.offset() - 1
-                if msg.offset() < wanted[where][1]:
-                    yield Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
-                if msg.offset() >= wanted[where][1] - 1:
-                    done.append(where)
-            deadline.progress(follower)
-            # The last offsets before a partition's end may hold no record (a transaction's marker): its position tells.
-            for tp in consumer.position([TopicPartition(t, p) for t, p in wanted]):
-                if tp.offset >= wanted[(tp.topic, tp.partition)][1]:
-                    done.append((tp.topic, tp.partition))
-            for where in set(done):
-                wanted.pop(where, None)
-                left.pop(where, None)
-                consumer.pause([TopicPartition(*where)])
-            silent = [w for w in wanted if time.monotonic() - heard[w] > silent_s]
-            if silent:
-                topic, partition = silent[0]
-                raise RetryableError(
-                    f"follower {follower}: no record of {topic}[{partition}] for {silent_s:.0f} s, before offset "
-                    f"{wanted[silent[0]][1]} (batch {batch_id}'s end); is the broker up?"
-                )
+        for record in log_window.records(consumer, spans, each_round, strict=True):
+            heard[(record.topic, record.partition)] = time.monotonic()
+            yield record
     finally:
         consumer.close()
 

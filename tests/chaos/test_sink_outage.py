@@ -5,6 +5,11 @@ one stays up for everything else): it is frozen with SIGSTOP (a hung server,
 not a refused connection), resumed, then killed with SIGKILL and restarted from
 its append-only file. Meanwhile the search follower must keep applying, and the
 daemon must never exit; after the writes stop every store equals the source.
+
+In ``make chaos``: ``make test`` plays a hung sink with
+tests/chaos/test_batch_deadline.py (a batch past its deadline, cancelled and
+healed) and tests/chaos/test_hung_follower_behind.py (a follower behind whose
+sink hangs).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 import redis
 
 from cdcsync.connectors.apply import apply
@@ -36,6 +42,7 @@ def healthz(port: int) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
+@pytest.mark.long
 def test_a_hung_then_killed_sink_is_waited_out_while_the_other_follower_keeps_going(tmp_path: Path) -> None:
     tag, table = f"t{uid()}", f"outage_{uid()}"
     execute("postgres", f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT NOT NULL, body TEXT)")
