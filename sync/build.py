@@ -16,6 +16,7 @@ from cdcsync.sync.catalog import learner, mappings_for
 from cdcsync.sync.dead_letters import DeadLetters, ensure_dead_letter_topic
 from cdcsync.sync.follower import Follower, tune_gc
 from cdcsync.sync.mapping import TableMapping
+from cdcsync.sync.reselect import reselector
 from cdcsync.sync.sinks import build_sink
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def build_follower(
         writers=sink.fill_writers if fill else None,
         backfill=lambda topic, columns: backfill.request(config, *tables[topic], columns, follower.name),
         chunk_bytes=follower.batch_bytes,
+        reselect=None if fill else reselector(config, follower),  # a fill from the source reads right already
     )
     if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
         reindex_needed.changed_while_stopped(config, built)

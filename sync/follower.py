@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
@@ -45,6 +45,9 @@ from cdcsync.sync.chunks import Chunk, finder, last_per_key, snapshot_record
 from cdcsync.sync.dead_letters import DeadLetters
 from cdcsync.sync.mapping import Row, TableMapping, map_row
 from cdcsync.sync.sink import Sink, WriteResult
+
+if TYPE_CHECKING:
+    from cdcsync.sync.reselect import Reselect
 
 log = logging.getLogger("cdcsync.follower")
 
@@ -87,6 +90,7 @@ class Follower:
         writers: int | None = None,
         backfill: Callable[[str, frozenset[str]], str | None] | None = None,
         chunk_bytes: int | None = None,
+        reselect: Reselect | None = None,
     ) -> None:
         self.name, self.sink, self.dead_letters = name, sink, dead_letters
         self.mappings = dict(mappings)  # topic -> mapping; a table's entry is replaced when its shape changes
@@ -98,6 +102,7 @@ class Follower:
         self.snapshot_lsn = snapshot_lsn  # where a new Postgres connector's snapshot stands (cdcsync.events)
         self.max_attempts = max_attempts
         self.chunk_bytes = chunk_bytes  # a chunk ends past this many bytes of records (keys and values)
+        self.reselect = reselect  # values the log cannot carry, read again from the source (sync.reselect)
         self.report = report  # log and count each batch here; False on executors, whose driver does it
         # Chunks in flight at once (``_apply``): the sink's ``writers``, or its ``fill_writers`` for a follower
         # that fills a staged generation (build_follower's ``fill``).
@@ -237,6 +242,8 @@ class Follower:
     def _reduced(self, rows: list[Row], mapped: list[Record], counts: BatchCounts) -> Chunk:
         latest = last_per_key(rows)
         counts.older += len(rows) - len(latest)
+        if self.reselect is not None:
+            latest = self.reselect(latest, self.mappings)
         return latest, finder(mapped)
 
     def apply_rows(self, batch_id: int, rows: list[Row], failed: Sequence[tuple[Record, str]] = ()) -> BatchCounts:

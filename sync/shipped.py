@@ -3,8 +3,9 @@
 Secrets are not shipped in it (docs/secrets.md). A task receives the config as
 ``Config.redacted()`` (every password, API key and secret-looking property
 masked) and the path of a file the driver wrote, mode 0600 under the state
-directory, holding this follower's secrets (and the MariaDB sources'
-passwords its snapshot-row lookup needs); the worker puts them back.
+directory, holding this follower's secrets and its sources' passwords (the
+MariaDB snapshot-row lookup and the values read again from Postgres,
+``sync.reselect``, need them); the worker puts them back.
 Locally the workers are the driver's user on the driver's machine and read
 it. On a cluster that path must be on storage every executor sees (readable
 only by the user Spark runs as), or, when it is absent, the worker takes the
@@ -29,11 +30,13 @@ from cdcsync.state import base_dir, write_private
 def shipped_config(config: Config, name: str) -> str:
     """What tasks receive: the redacted config and where follower ``name``'s secrets are (module docstring)."""
     index = next(i for i, f in enumerate(config.followers) if f.name == name)
-    binlog = {("sources", i, "password") for i, s in enumerate(config.sources) if s.kind != "postgres"}
+    # Its sources' passwords: MariaDB's snapshot-row lookup, and Postgres values read again (sync.reselect).
+    followed = {source.name for source, _ in config.followed_tables(config.followers[index])}
+    sources = {("sources", i, "password") for i, s in enumerate(config.sources) if s.name in followed}
     mine = [
         [list(p), v]
         for p, v in config.secrets().items()
-        if p[0] == "kafka" or p[:2] == ("followers", index) or p in binlog  # binlog: the snapshot-row lookup
+        if p[0] == "kafka" or p[:2] == ("followers", index) or p in sources
     ]
     path = base_dir(config) / "secrets" / f"{name}.json"
     if mine:

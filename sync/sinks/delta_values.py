@@ -227,10 +227,15 @@ def stored(value: Any) -> Any:
     if isinstance(value, time):
         return value.isoformat()
     if isinstance(value, dict | list | tuple):  # a numeric[] read from the source holds Decimals: their digits
-        return json.dumps(value, sort_keys=True, default=plain)
+        return json.dumps(value, sort_keys=True, default=_exact)
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     return value
+
+
+def _exact(value: Any) -> Any:
+    """A value in a JSON column as the change held it: a decimal's exact digits (``1.50``: Debezium's text)."""
+    return format(value, "f") if isinstance(value, Decimal) else plain(value)
 
 
 def among(column: str, keys: Sequence[str], chunk: int = IN_CHUNK) -> Column:

@@ -576,8 +576,8 @@ def test_dates_and_timestamps_before_year_1_and_after_9999_reach_every_store_exa
 ) -> None:
     """BC and five-digit years: dead-lettered in every store before; now ISO 8601's expanded form everywhere.
 
-    The BC date is written after the initial snapshot: Debezium's snapshot sends 44 BC as 0044-03-15 (the
-    era lost; docs/types.md), which ``verify`` reports, and a source copy (next test) reads right.
+    The BC date is written after the initial snapshot, as a streamed change; a snapshot's BC date (sent without
+    its era, read again from the source) is tests/integration/test_verify_edges.py's.
     """
     t, keyed, ddl = far_tables(uid(), [1])
     with scenario(spark, tmp_path, {"postgres": [f"public.{t}", f"public.{keyed}"]}, {"postgres": ddl}) as sc:

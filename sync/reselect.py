@@ -1,0 +1,153 @@
+"""Values the log cannot carry, read again from the source by the row's key, as Debezium's reselect post-processor does.
+
+Debezium 3.6 sends two values a Postgres table accepts otherwise than the
+table holds them (docs/types.md, "Values read again from the source"):
+
+- a ``numeric[]`` holding ``NaN`` or an infinity arrives as null, with only a
+  WARN in Connect's log;
+- a date before year 1 read by Debezium's snapshot (the initial one, or an
+  incremental one: ``repair``, a backfill) arrives without its era: 44 BC
+  as ``0044-03-15``. A streamed change carries the era.
+
+Debezium's own ``ReselectColumnsPostProcessor`` cannot help: it converts the
+value it reads again with the same converters. So the follower does it: a
+change with a null ``numeric[]``, or a snapshot row of a table that holds
+dates before year 1 (those rows' ids are asked of the source once a minute
+at most, ``BC_TTL_S``), takes those columns' values from the row as the
+source holds it now, read as ``verify`` reads it, so the two agree.
+
+The value read is the row's current one, which may be newer than the change;
+a later change of the row carries its own, so every store still converges,
+as with Debezium's post-processor. A row gone from the source keeps the
+change's value (its delete follows in the log). A source that cannot be
+reached leaves the change's value and says so in the log: a follower does
+not stop for its source, and ``verify`` names the row until it is repaired.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import closing
+from decimal import Decimal
+from typing import Any
+
+from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
+from cdcsync.db import fetch
+from cdcsync.sync.catalog import source_rows
+from cdcsync.sync.keys import readable, rows_of
+from cdcsync.sync.mapping import Row, TableMapping, canonical_doc, doc_id, scalar_text
+
+log = logging.getLogger("cdcsync.reselect")
+
+BC_TTL_S = 60.0  # how long a table's ids of rows with dates before year 1 are taken as they were read
+BC_ROWS = 10_000  # more such rows than this: each snapshot row of the table is read again by its key instead
+
+Reselect = Callable[[list[Row], Mapping[str, TableMapping]], list[Row]]
+
+
+def reselector(config: Config, follower: FollowerConfig) -> Reselect | None:
+    """The follower's reselect over its Postgres tables, or None when it follows none."""
+    tables = {s.topic(t): (s, t) for s, t in config.followed_tables(follower) if s.kind == "postgres"}
+    return Reselector(tables) if tables else None
+
+
+class Reselector:
+    def __init__(self, tables: dict[str, tuple[SourceConfig, TableRef]]) -> None:
+        self.tables = tables
+        self._arrays: dict[str, tuple[float, frozenset[str]]] = {}  # topic -> (read at, its numeric[] columns)
+        self._bc: dict[str, tuple[float, dict[str, dict[str, Any]] | None]] = {}  # topic -> (read at, id -> row)
+
+    def __call__(self, rows: list[Row], mappings: Mapping[str, TableMapping]) -> list[Row]:
+        wanted: dict[str, dict[int, list[str]]] = {}  # topic -> row index -> columns to read again
+        for i, row in enumerate(rows):
+            topic = row.change.topic
+            if row.doc is None or topic not in self.tables or topic not in mappings:
+                continue
+            columns = self._columns(topic, row, mappings[topic])
+            if columns:
+                wanted.setdefault(topic, {})[i] = columns
+        if not wanted:
+            return rows
+        out = list(rows)
+        for topic, needs in wanted.items():
+            source, table = self.tables[topic]
+            mapping = mappings[topic]
+            try:
+                found = self._rows(topic, source, table, mapping, {rows[i].doc_id for i in needs})
+            except Exception as err:  # the source down: the change's values stand, verify names the rows
+                log.error("table=%s could not read %d rows again from source %s (%s); their values stay as the "
+                          "log sent them until a repair", table, len(needs), source.name, err)  # fmt: skip
+                continue
+            for i, columns in needs.items():
+                there = found.get(rows[i].doc_id)
+                if there is None:  # gone from the source: its delete follows in the log
+                    continue
+                fresh, row = canonical_doc(there, mapping), rows[i]
+                doc = {**(row.doc or {}), **{f: _as_logged(fresh.get(f)) for f in map(mapping.field, columns)}}
+                out[i] = Row(row.change, row.target, row.doc_id, doc)
+        return out
+
+    def _columns(self, topic: str, row: Row, mapping: TableMapping) -> list[str]:
+        """The columns of ``row`` whose value the log may have sent wrong."""
+        doc = row.doc or {}
+        columns = [c for c in self._numeric_arrays(topic, mapping) if doc.get(mapping.field(c), 0) is None]
+        if row.change.op == "r" and row.change.partition >= 0:  # Debezium's snapshot (a source copy: partition -1)
+            dates = [c for c, kind in mapping.types.items() if kind == "date" and doc.get(mapping.field(c)) is not None]
+            if dates and self._bc_row(topic, mapping, row.doc_id):
+                columns += dates
+        return columns
+
+    def _numeric_arrays(self, topic: str, mapping: TableMapping) -> frozenset[str]:
+        arrays = [c for c, kind in mapping.types.items() if kind == "array"]
+        if not arrays:
+            return frozenset()
+        read_at, known = self._arrays.get(topic, (0.0, frozenset()))
+        if time.monotonic() - read_at > BC_TTL_S:
+            source, table = self.tables[topic]
+            found = fetch(
+                source,
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
+                " AND data_type = 'ARRAY' AND udt_name = '_numeric'",
+                (table.namespace, table.table),
+            )
+            known = frozenset(str(name) for (name,) in found)
+            self._arrays[topic] = (time.monotonic(), known)
+        return known & set(arrays)
+
+    def _bc_row(self, topic: str, mapping: TableMapping, ident: str) -> bool:
+        """Whether the source row ``ident`` holds a date before year 1 (or the table holds too many to list)."""
+        read_at, rows = self._bc.get(topic, (0.0, {}))
+        if time.monotonic() - read_at > BC_TTL_S:
+            source, table = self.tables[topic]
+            dates = [c for c, kind in mapping.types.items() if kind == "date"]
+            where = " OR ".join('"' + c.replace('"', '""') + "\" < '0001-01-01'" for c in dates)
+            listed: dict[str, dict[str, Any]] = {}
+            with closing(source_rows(source, table, where)) as found:
+                for row in found:
+                    listed[doc_id(row, mapping)] = row
+                    if len(listed) > BC_ROWS:
+                        break
+            rows = listed if len(listed) <= BC_ROWS else None
+            self._bc[topic] = (time.monotonic(), rows)
+        return rows is None or ident in rows
+
+    def _rows(
+        self, topic: str, source: SourceConfig, table: TableRef, mapping: TableMapping, ids: set[str]
+    ) -> dict[str, dict[str, Any]]:
+        """The source's rows of ``ids`` now: from the rows listed with dates before year 1 where they are."""
+        listed = self._bc.get(topic, (0.0, None))[1] or {}
+        found = {i: listed[i] for i in ids if i in listed}
+        asked = ids - found.keys()
+        if asked and readable(mapping):
+            found.update(rows_of(source, table, mapping, sorted(asked)))
+        return found
+
+
+def _as_logged(value: Any) -> Any:
+    """A value read from the source in the form a change maps it to: a numeric[]'s elements as their exact text,
+    as Debezium sends them (``decimal.handling.mode=string``: ``1.50`` stays ``1.50``)."""
+    if isinstance(value, list):
+        return [scalar_text(v) if isinstance(v, Decimal) else v for v in value]
+    return value
