@@ -58,27 +58,27 @@ class Reselector:
         self.tables = tables
         self._arrays: dict[str, tuple[float, frozenset[str]]] = {}  # topic -> (read at, its numeric[] columns)
         self._bc: dict[str, tuple[float, dict[str, dict[str, Any]] | None]] = {}  # topic -> (read at, id -> row)
+        self._failed: dict[str, float] = {}  # topic -> when to ask its source again after it could not be read
 
     def __call__(self, rows: list[Row], mappings: Mapping[str, TableMapping]) -> list[Row]:
-        wanted: dict[str, dict[int, list[str]]] = {}  # topic -> row index -> columns to read again
+        by_topic: dict[str, list[int]] = {}
         for i, row in enumerate(rows):
             topic = row.change.topic
-            if row.doc is None or topic not in self.tables or topic not in mappings:
+            if row.doc is not None and topic in self.tables and topic in mappings:
+                by_topic.setdefault(topic, []).append(i)
+        out = rows
+        for topic, indexes in by_topic.items():
+            if time.monotonic() < self._failed.get(topic, 0.0):
                 continue
-            columns = self._columns(topic, row, mappings[topic])
-            if columns:
-                wanted.setdefault(topic, {})[i] = columns
-        if not wanted:
-            return rows
-        out = list(rows)
-        for topic, needs in wanted.items():
             source, table = self.tables[topic]
             mapping = mappings[topic]
             try:
-                found = self._rows(topic, source, table, mapping, {rows[i].doc_id for i in needs})
-            except Exception as err:  # the source down: the change's values stand, verify names the rows
-                log.error("table=%s could not read %d rows again from source %s (%s); their values stay as the "
-                          "log sent them until a repair", table, len(needs), source.name, err)  # fmt: skip
+                needs = {i: c for i in indexes if (c := self._columns(topic, rows[i], mapping))}
+                found = self._rows(topic, source, table, mapping, {rows[i].doc_id for i in needs}) if needs else {}
+            except Exception as err:  # the source down: the changes' values stand, verify names the rows
+                self._failed[topic] = time.monotonic() + BC_TTL_S
+                log.error("table=%s could not read values again from source %s (%s); for %.0f s they stay as the "
+                          "log sent them, until a repair", table, source.name, err, BC_TTL_S)  # fmt: skip
                 continue
             for i, columns in needs.items():
                 there = found.get(rows[i].doc_id)
@@ -86,6 +86,7 @@ class Reselector:
                     continue
                 fresh, row = canonical_doc(there, mapping), rows[i]
                 doc = {**(row.doc or {}), **{f: _as_logged(fresh.get(f)) for f in map(mapping.field, columns)}}
+                out = list(rows) if out is rows else out
                 out[i] = Row(row.change, row.target, row.doc_id, doc)
         return out
 
