@@ -72,8 +72,12 @@ class Reselector:
                 continue
             source, table = self.tables[topic]
             mapping = mappings[topic]
+            dates = [c for c, kind in mapping.types.items() if kind == "date"]
+            if not dates and "array" not in mapping.types.values():  # most tables: nothing to read again
+                continue
             try:
-                needs = {i: c for i in indexes if (c := self._columns(topic, rows[i], mapping))}
+                arrays = self._numeric_arrays(topic, mapping)
+                needs = {i: c for i in indexes if (c := self._columns(topic, rows[i], mapping, arrays, dates))}
                 found = self._rows(topic, source, table, mapping, {rows[i].doc_id for i in needs}) if needs else {}
             except Exception as err:  # the source down: the changes' values stand, verify names the rows
                 self._failed[topic] = time.monotonic() + BC_TTL_S
@@ -90,14 +94,17 @@ class Reselector:
                 out[i] = Row(row.change, row.target, row.doc_id, doc)
         return out
 
-    def _columns(self, topic: str, row: Row, mapping: TableMapping) -> list[str]:
-        """The columns of ``row`` whose value the log may have sent wrong."""
+    def _columns(
+        self, topic: str, row: Row, mapping: TableMapping, arrays: frozenset[str], dates: list[str]
+    ) -> list[str]:
+        """The columns of ``row`` whose value the log may have sent wrong: of its ``arrays`` (numeric[]) and
+        ``dates``."""
         doc = row.doc or {}
-        columns = [c for c in self._numeric_arrays(topic, mapping) if doc.get(mapping.field(c), 0) is None]
-        if row.change.op == "r" and row.change.partition >= 0:  # Debezium's snapshot (a source copy: partition -1)
-            dates = [c for c, kind in mapping.types.items() if kind == "date" and doc.get(mapping.field(c)) is not None]
-            if dates and self._bc_row(topic, mapping, row.doc_id):
-                columns += dates
+        columns = [c for c in arrays if doc.get(mapping.field(c), 0) is None]
+        if dates and row.change.op == "r" and row.change.partition >= 0:  # Debezium's snapshot (a copy's: -1)
+            held = [c for c in dates if doc.get(mapping.field(c)) is not None]
+            if held and self._bc_row(topic, mapping, row.doc_id):
+                columns += held
         return columns
 
     def _numeric_arrays(self, topic: str, mapping: TableMapping) -> frozenset[str]:
