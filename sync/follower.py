@@ -8,7 +8,8 @@ Per batch, in this order (the order is what makes a crash safe):
 2. keep the last change per key (highest version) in each chunk of
    ``sink.chunk_rows`` records (the whole batch for a sink without it), and
    at most ``chunk_bytes`` of records' bytes whatever the sink: a batch of
-   wide rows is written in several chunks, never held whole;
+   wide rows is written in several chunks, never held whole; values the log
+   cannot carry are read again from the source (``sync.reselect``);
 3. write each chunk to the sink while the next one is parsed, chunks in log
    order, retrying a chunk on ``RetryableError`` (the apply rule makes a
    repeated write a no-op); rows the sink rejects are dead-lettered;
@@ -17,14 +18,14 @@ Per batch, in this order (the order is what makes a crash safe):
    checkpoint. A crash anywhere before replays the batch.
 
 The batch's counts always add up, and are logged as one line:
-``records = applied + older + tombstones + dead_lettered``, where ``older``
+``records = applied + older + tombstones + dead_lettered + held``, where ``older``
 counts changes the sink already held at the same or a newer version plus those
-superseded by a newer change of the same key in the batch.
+superseded by a newer change of the same key in the batch, and ``held`` those
+of a table the sink fails for alone, set aside for its retry (``sync.held``).
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -50,27 +51,6 @@ if TYPE_CHECKING:
     from cdcsync.sync.reselect import Reselect
 
 log = logging.getLogger("cdcsync.follower")
-
-
-_gc_tuned = False
-
-
-def tune_gc() -> None:
-    """Make the cyclic garbage collector run less often in a follower's process (once per process).
-
-    A batch allocates several containers per record (the parsed key and
-    envelope, the document, the change); none of them is cyclic, and
-    reference counting frees them. With the default threshold (700
-    allocations) the collector still runs every few records and now and then
-    walks the whole heap: about a quarter of the per-record time in
-    ``python -m bench``'s profile. ``freeze`` leaves the modules and config
-    loaded so far out of every later collection.
-    """
-    global _gc_tuned
-    if not _gc_tuned:
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 20)
-        _gc_tuned = True
 
 
 class Follower:

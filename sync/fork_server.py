@@ -16,7 +16,7 @@ this machine:
   imports once the task's answer went back.
 
 And pandas' objects, imported after the worker froze its heap
-(``sync.follower.tune_gc``), were walked by the ``gc.collect()`` Spark's
+(``sync.build.tune_gc``), were walked by the ``gc.collect()`` Spark's
 worker runs after every task: 30-40 ms of CPU per task. Forked from here: at
 a steady 1k changes/s the Python workers used 0.09-0.10 of a core against
 0.23-0.24; in a burst of 100k changes 68-70 µs of CPU per change against
@@ -27,7 +27,7 @@ This module does both in the fork server, before it forks, then runs Spark's
 own fork loop: a forked worker shares the imported modules and the archives'
 directories. It builds no client and starts no thread (a fork copies only the
 thread that forks), and freezes what it loaded out of the garbage collector's
-walks, as ``sync.follower.tune_gc`` does in a worker.
+walks, as ``sync.build.tune_gc`` does in a worker.
 
 Spark runs it as ``python -m cdcsync.sync.fork_server pyspark.worker``
 (``spark.python.daemon.module``, set by ``cdcsync.spark``).

@@ -279,7 +279,7 @@ class DeltaSink:
         # Each Py4J proxy a method was called on is in a reference cycle (it caches its bound methods, which
         # point back at it), so only the cyclic collector frees it, and until then its JVM object stays pinned
         # in Py4J's gateway. The MERGE source above (a DataFrame holding the batch's rows, up to the batch's
-        # bytes) is one. With the collector slowed down for throughput (sync.follower.tune_gc) a collection came
+        # bytes) is one. With the collector slowed down for throughput (sync.build.tune_gc) a collection came
         # only every few hundred batches, and the pinned sources filled the driver's heap (docs/daemon.md,
         # "Memory"). One collection per batch costs milliseconds next to a MERGE's seconds.
         gc.collect()
