@@ -84,7 +84,7 @@ def build_follower(
         writers=sink.fill_writers if fill else None,
         backfill=lambda topic, columns: backfill.request(config, *tables[topic], columns, follower.name),
         chunk_bytes=follower.batch_bytes,
-        reselect=None if fill else reselector(config, follower),  # a fill from the source reads right already
+        reselect=reselector(config, follower),  # a source copy (apply_rows) reads right already: never asked
     )
     if open_sink:  # the live store: what DDL did while it was stopped (a staged one is filled with today's shape)
         reindex_needed.changed_while_stopped(config, built)
