@@ -111,8 +111,9 @@ class Reselector:
         arrays = [c for c, kind in mapping.types.items() if kind == "array"]
         if not arrays:
             return frozenset()
-        read_at, known = self._arrays.get(topic, (0.0, frozenset()))
-        if time.monotonic() - read_at > BC_TTL_S:
+        cached = self._arrays.get(topic)
+        known = frozenset() if cached is None else cached[1]
+        if cached is None or time.monotonic() - cached[0] > BC_TTL_S:
             source, table = self.tables[topic]
             found = fetch(
                 source,
@@ -126,8 +127,9 @@ class Reselector:
 
     def _bc_row(self, topic: str, mapping: TableMapping, ident: str) -> bool:
         """Whether the source row ``ident`` holds a date before year 1 (or the table holds too many to list)."""
-        read_at, rows = self._bc.get(topic, (0.0, {}))
-        if time.monotonic() - read_at > BC_TTL_S:
+        cached = self._bc.get(topic)
+        rows = None if cached is None else cached[1]
+        if cached is None or time.monotonic() - cached[0] > BC_TTL_S:
             source, table = self.tables[topic]
             dates = [c for c, kind in mapping.types.items() if kind == "date"]
             where = " OR ".join('"' + c.replace('"', '""') + "\" < '0001-01-01'" for c in dates)
