@@ -54,7 +54,7 @@ def reference() -> str:
         for name, field in model.model_fields.items():
             if name in HIDDEN:
                 continue
-            out.append(f"| `{name}` | {type_text(field.annotation)} | {default_text(field)} | {meaning(field)} |")
+            out.append(f"| `{name}` | {field_type_text(field)} | {default_text(field)} | {meaning(field)} |")
         out.append("")
     out.append(environment())
     return "\n".join(out).rstrip() + "\n"
@@ -81,6 +81,13 @@ def nested(annotation: Any) -> list[tuple[type[BaseModel], str]]:
     if origin in (typing.Union, types.UnionType):
         return [pair for arg in args for pair in nested(arg)]
     return []
+
+
+def field_type_text(field: FieldInfo) -> str:
+    """A field's type; one of a few names where its schema lists them (a kind registered outside the model)."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    names = extra.get("enum")
+    return " \\| ".join(f"`{a}`" for a in names) if isinstance(names, list) else type_text(field.annotation)
 
 
 def type_text(annotation: Any) -> str:

@@ -6,13 +6,15 @@ Part of the config's models (``cdcsync.config``), which holds and re-exports the
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from cdcsync.config_base import NAME_PATTERN, Properties
 from cdcsync.config_base import Strict as _Strict
 from cdcsync.names import topic_name
+from cdcsync.sources import KINDS, NOT_YET, kind_of
 
 
 class TableRef(_Strict):
@@ -33,7 +35,9 @@ class SourceConfig(_Strict):
     """A database captured by one Debezium connector into one compacted topic per table."""
 
     name: str = Field(pattern=NAME_PATTERN, description="connector name and topic prefix")
-    kind: Literal["postgres", "mariadb"] = Field(description="the database: Postgres, or MariaDB (MySQL is refused)")
+    kind: str = Field(
+        description="the database: Postgres, or MariaDB (MySQL is refused)", json_schema_extra={"enum": list(KINDS)}
+    )
     host: str = Field("127.0.0.1", description="the database server's host, as cdcsync and Kafka Connect reach it")
     port: int = Field(ge=1, le=65535, description="its port")
     database: str = Field(description="the database to connect to (postgres: the one whose tables are captured)")
@@ -93,13 +97,12 @@ class SourceConfig(_Strict):
     @field_validator("kind", mode="before")
     @classmethod
     def _supported_kind(cls, value: Any) -> Any:
-        # Refused here, before anything is registered: MySQL GTIDs are server_uuid:N (the version of a
-        # change is built from MariaDB's domain-server-seq), and no MySQL server is tested on this stack.
-        if value == "mysql":
-            raise ValueError(
-                "kind mysql is not supported yet: cdcsync orders MySQL changes by no tested rule (its GTIDs are "
-                "server_uuid:N) and every event would be dead-lettered; for a MariaDB server use kind: mariadb"
-            )
+        # Refused here, before anything is registered (cdcsync.sources says why a kind is not one yet).
+        if value in NOT_YET:
+            raise ValueError(NOT_YET[value])
+        if value not in KINDS:
+            *others, last = (repr(kind) for kind in KINDS)
+            raise PydanticCustomError("literal_error", f"Input should be {', '.join(others)} or {last}")
         return value
 
     @field_validator("tables", mode="before")
@@ -107,7 +110,9 @@ class SourceConfig(_Strict):
     def _parse_tables(cls, value: Any, info: Any) -> Any:
         if not isinstance(value, list):
             return value
-        default_ns = "public" if info.data.get("kind") == "postgres" else info.data.get("database")
+        kind = info.data.get("kind")
+        database = info.data.get("database")
+        default_ns = kind_of(kind).default_namespace(database) if kind in KINDS and database else database
         parsed = []
         for item in value:
             if isinstance(item, str):
@@ -139,7 +144,7 @@ class SourceConfig(_Strict):
         if not (self.tables or self.schemas or self.include):
             raise ValueError("name the tables to capture: tables, schemas or include (one at least)")
         if self.signal_namespace is None:
-            default = self.schemas[0] if self.schemas else ("public" if self.kind == "postgres" else self.database)
+            default = self.schemas[0] if self.schemas else kind_of(self).default_namespace(self.database)
             object.__setattr__(self, "signal_namespace", self.tables[0].namespace if self.tables else default)
         return self
 
@@ -150,12 +155,8 @@ class SourceConfig(_Strict):
 
     @model_validator(mode="after")
     def _defaults_by_kind(self) -> SourceConfig:
-        if self.kind == "postgres":
-            object.__setattr__(self, "slot", self.slot or f"cdcsync_{self.name}")
-            object.__setattr__(self, "publication", self.publication or f"cdcsync_{self.name}")
-        elif self.server_id is None:
-            # A stable id per source name, away from the ids real replicas use.
-            object.__setattr__(self, "server_id", 5400 + sum(map(ord, self.name)) % 10000)
+        for setting, value in kind_of(self).settings_defaults(self).items():
+            object.__setattr__(self, setting, value)
         return self
 
     @model_validator(mode="after")

@@ -84,3 +84,7 @@ class PreflightError(FatalError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("pre-flight checks failed:\n" + "\n".join(f"  - {p}" for p in problems))
         self.problems = problems
+
+
+class PoisonRecord(ValueError):
+    """A record that cannot become a change; the message is the reason put in the dead-letter headers."""

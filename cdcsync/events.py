@@ -59,6 +59,12 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from cdcsync.errors import PoisonRecord
+from cdcsync.sources import CONNECTORS, for_connector
+from cdcsync.sources.changes import MINOR_BITS, MINOR_MAX, BinlogSeq, checked
+
+__all__ = ["MINOR_BITS", "MINOR_MAX", "BinlogSeq", "Change", "PoisonRecord", "Record", "parse_record", "version_of"]
+
 
 class Record(NamedTuple):
     """One record of a change topic, as Kafka holds it: a Debezium envelope under its key (a tombstone: no value)."""
@@ -70,21 +76,10 @@ class Record(NamedTuple):
     value: bytes | None
 
 
-MINOR_BITS = 16
-MINOR_MAX = (1 << MINOR_BITS) - 1
-LSN_SHIFT = 5
 OPS = {"c", "u", "d", "r"}
-CONNECTORS = {"postgresql", "mariadb", "mysql"}
-
-BinlogSeq = Callable[[str, str, int], "int | None"]
-"""``(source name, binlog file, position) -> GTID sequence`` of the last transaction before it, or None."""
 
 SnapshotLsn = Callable[[str, int, int], "int | None"]
 """``(topic, partition, offset) -> LSN`` that ranks the snapshot rows before this record in its partition, or None."""
-
-
-class PoisonRecord(ValueError):
-    """A record that cannot become a change; the message is the reason put in the dead-letter headers."""
 
 
 @dataclass(slots=True)
@@ -140,8 +135,11 @@ def _version(
     binlog_seq: BinlogSeq | None = None,
     snapshot_lsn: Callable[[], int | None] | None = None,
 ) -> int:
+    kind = for_connector(connector)
+    if kind is None:
+        raise PoisonRecord(f"unsupported source.connector {connector!r}")
     if op == "r":
-        return _snapshot_version(source, connector, binlog_seq)
+        return kind.changes.snapshot_version(source, binlog_seq)
     transaction = envelope.get("transaction")
     if isinstance(transaction, dict) and isinstance(transaction.get("total_order"), int):
         minor = min(max(transaction["total_order"], 1), MINOR_MAX)
@@ -149,92 +147,8 @@ def _version(
         # Events written before transaction metadata was enabled (compacted history) still order
         # correctly across transactions; only changes of one key inside one such transaction tie.
         minor = 1
-    if connector == "postgresql":
-        major = _postgres_major(source, snapshot_lsn)
-    elif connector in ("mariadb", "mysql"):
-        major = _gtid_seq(source)
-    else:
-        raise PoisonRecord(f"unsupported source.connector {connector!r}")
-    version = (major << MINOR_BITS) | minor
-    return _checked(version, major)
-
-
-def _checked(version: int, major: int) -> int:
-    if version >= 1 << 63:
-        raise PoisonRecord(f"version overflows 64 bits (major {major})")
-    return version
-
-
-def _snapshot_version(source: dict[str, Any], connector: Any, binlog_seq: BinlogSeq | None) -> int:
-    """A snapshot row: above every change it reflects, below every change it does not."""
-    if connector == "postgresql":
-        major = _postgres_major(source)  # a snapshot row is never below itself: no lookup
-        return _checked(major << MINOR_BITS, major)
-    if connector not in ("mariadb", "mysql"):
-        raise PoisonRecord(f"unsupported source.connector {connector!r}")
-    if isinstance(source.get("gtid"), str):
-        # Incremental snapshot: emitted while streaming, at this transaction, and reflecting none of it.
-        major = _gtid_seq(source)
-        return _checked(major << MINOR_BITS, major)
-    file, pos = source.get("file"), source.get("pos")
-    if binlog_seq is None or not isinstance(file, str) or not isinstance(pos, int):
-        return 0
-    seq = binlog_seq(str(source.get("name", "")), file, pos)
-    if seq is None:
-        raise PoisonRecord(f"snapshot row at binlog {file}:{pos} has no GTID position (binlog purged?)")
-    return _checked((seq << MINOR_BITS) | MINOR_MAX, seq)
-
-
-def _postgres_major(source: dict[str, Any], snapshot_lsn: Callable[[], int | None] | None = None) -> int:
-    sequence = source.get("sequence")
-    if isinstance(sequence, str) and sequence.startswith('["'):
-        # The common shape, '["<lastCommitLsn>","<lsn>"]', read without a third JSON parse per record.
-        end = sequence.find('"', 2)
-        digits = sequence[2:end] if end > 2 else ""
-        if digits.isascii() and digits.isdigit():
-            return int(digits) >> LSN_SHIFT
-    try:
-        pair: Any = orjson.loads(sequence) if isinstance(sequence, str) else sequence
-        last_commit, own_lsn = pair
-    except (TypeError, ValueError, orjson.JSONDecodeError):
-        raise PoisonRecord(f"source.sequence {sequence!r} is not [lastCommitLsn, lsn]") from None
-    if last_commit is None:
-        # No commit processed yet by this connector: its snapshot rows rank at their own LSN (P), and the first
-        # transaction after them at the higher of its own LSN and P; see the module docstring.
-        if own_lsn is None:
-            raise PoisonRecord(f"source.sequence {sequence!r} has neither lastCommitLsn nor lsn")
-        lsn = _lsn_of(own_lsn, "lsn")
-        floor = snapshot_lsn() if snapshot_lsn is not None else None
-        return max(lsn, floor or 0) >> LSN_SHIFT
-    return _lsn_of(last_commit, "lastCommitLsn") >> LSN_SHIFT
-
-
-def _no_commit_yet(source: dict[str, Any]) -> bool:
-    """Whether the event may be of a connector's first transaction (no ``lastCommitLsn``): only those ask."""
-    sequence = source.get("sequence")
-    return not isinstance(sequence, str) or sequence.startswith("[null")
-
-
-def _lsn_of(value: Any, what: str) -> int:
-    try:
-        lsn = int(value)
-    except (TypeError, ValueError):
-        lsn = -1
-    if lsn < 0:
-        raise PoisonRecord(f"source.sequence {what} {value!r} is not an LSN (a number >= 0)")
-    return lsn
-
-
-def _gtid_seq(source: dict[str, Any]) -> int:
-    gtid = source.get("gtid")
-    if not isinstance(gtid, str):
-        raise PoisonRecord("source.gtid is missing; enable GTIDs on the server (MariaDB: always on; MySQL: gtid_mode)")
-    parts = gtid.split("-")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise PoisonRecord(f"source.gtid {gtid!r} is not domain-server-sequence")
-    if parts[0] != "0":
-        raise PoisonRecord(f"source.gtid {gtid!r} is in GTID domain {parts[0]}; cdcsync orders one domain (0)")
-    return int(parts[2])
+    major = kind.changes.major(source, snapshot_lsn)
+    return checked((major << MINOR_BITS) | minor, major)
 
 
 def parse_record(
@@ -268,9 +182,11 @@ def parse_record(
         raise PoisonRecord(f"op {op!r} is not one of c, u, d, r")
     source = envelope.get("source") or {}
     connector = source.get("connector") if isinstance(source, dict) else None
-    if connector not in CONNECTORS:
-        raise PoisonRecord(f"source.connector {connector!r} is not postgresql, mariadb or mysql")
-    namespace = source.get("schema") if connector == "postgresql" else source.get("db")
+    kind = for_connector(connector)
+    if kind is None:
+        *others, last = CONNECTORS
+        raise PoisonRecord(f"source.connector {connector!r} is not {', '.join(others)} or {last}")
+    namespace = kind.changes.namespace(source)
     table = source.get("table")
     if not namespace or not table:
         raise PoisonRecord("source block names no table")
@@ -293,7 +209,7 @@ def parse_record(
             connector,
             binlog_seq,
             None
-            if snapshot_lsn is None or not _no_commit_yet(source)
+            if snapshot_lsn is None or not kind.changes.asks_snapshot_position(source)
             else lambda: snapshot_lsn(topic, partition, offset),
         ),
         topic,

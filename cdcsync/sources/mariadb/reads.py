@@ -1,0 +1,9 @@
+"""Reads from MariaDB: its catalog, rows by key, snapshot and JDBC reads, range checksums."""
+
+from __future__ import annotations
+
+from cdcsync.sources.reads import Reads
+
+
+class MariaDBReads(Reads):
+    pass
