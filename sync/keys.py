@@ -22,10 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import psycopg
-import pymysql  # type: ignore[import-untyped]
-
 from cdcsync.config import SourceConfig, TableRef
+from cdcsync.sources import BAD_VALUE, kind_of
 from cdcsync.sync.catalog import source_rows
 from cdcsync.sync.mapping import TableMapping, doc_id
 from cdcsync.sync.sink import batched
@@ -64,13 +62,17 @@ def key_filter(kind: str, mapping: TableMapping, ids: Iterable[str]) -> str | No
     columns = mapping.key_columns
     if not columns:
         return None
-    names = [_name(kind, column) for column in columns]
+    dialect = kind_of(kind)
+    names = [dialect.quote(column) for column in columns]
     values = []
     for ident in ids:
         parts = key_parts(ident, len(columns))
         if parts is None:
             continue
-        literals = [_literal(kind, mapping.types.get(c), part) for c, part in zip(columns, parts, strict=True)]
+        literals = [
+            dialect.bytes_literal(part) if mapping.types.get(c) == "bytes" else dialect.text_literal(part)
+            for c, part in zip(columns, parts, strict=True)
+        ]
         values.append(literals[0] if len(literals) == 1 else f"({', '.join(literals)})")
     if not values:
         return None
@@ -99,7 +101,7 @@ def _rows(
         return
     try:
         found = list(source_rows(source, table, where))
-    except (psycopg.DataError, pymysql.err.DataError):
+    except BAD_VALUE:
         if len(ids) > 1:
             half = len(ids) // 2
             yield from _rows(source, table, mapping, ids[:half])
@@ -110,18 +112,3 @@ def _rows(
         ident = doc_id(row, mapping)
         if ident in asked:
             yield ident, row
-
-
-def _name(kind: str, column: str) -> str:
-    if kind == "postgres":
-        return '"' + column.replace('"', '""') + '"'
-    return "`" + column.replace("`", "``") + "`"
-
-
-def _literal(kind: str, column_type: str | None, text: str) -> str:
-    quoted = text.replace("'", "''")
-    if kind != "postgres":  # MariaDB reads a backslash in a string as an escape
-        quoted = quoted.replace("\\", "\\\\")
-    if column_type == "bytes":
-        return f"decode('{quoted}', 'base64')" if kind == "postgres" else f"FROM_BASE64('{quoted}')"
-    return f"'{quoted}'"

@@ -18,7 +18,7 @@ range's sums unless two 60-bit sums collide.
 
 Which tables (``plan``): a Postgres source with UTF-8 text, or a MariaDB
 one; one key column of an integer type; every mapped column of a data type
-and kind in ``POSTGRES_FORMS`` or ``MARIADB_FORMS``, the warehouse giving
+and kind its source kind writes (``Checksums.forms``), the warehouse giving
 it the same kind; and the warehouse's columns exactly the mapping's fields.
 A value whose two texts can differ though both stores hold it alike (an
 infinite timestamp: Postgres' ``infinity``, the warehouse's far
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcsync.config import SourceConfig, TableRef
-from cdcsync.db import connect_mariadb, connect_postgres
+from cdcsync.sources import kind_of
 from cdcsync.sync.mapping import TableMapping
 
 RANGE_ROWS = 500  # rows a range, by the catalog's estimate
@@ -52,40 +52,9 @@ ROW_PATH_SHARE = 0.25  # differing ranges holding more of the table: the whole t
 RUNS = 200  # runs of differing ranges a source query names by key; more: by range number (a scan of the table)
 Sums = dict[int, tuple[int, int, int]]  # range -> (rows, sum of hash slice 1, sum of hash slice 2)
 
-# A row text's piece for a non-null value ({c}: the column, quoted for the engine), by the source's data type
-# and the kind the mapping gives the column; and the warehouse's, by that kind. Equal stored values must give
-# the same bytes on both sides. Timestamps are microseconds since 1970 (the warehouse's TIMESTAMP is UTC; a
-# timestamp without zone is read as UTC), dates days since 1970.
-POSTGRES_FORMS: dict[tuple[str, str], str] = {
-    **{(t, "int"): "{c}::text" for t in ("smallint", "integer", "bigint")},
-    ("text", "text"): "{c}",
-    ("character varying", "text"): "{c}::text",
-    ("boolean", "bool"): "{c}::text",
-    ("uuid", "uuid"): "{c}::text",
-    **{
-        (t, "timestamp"): "CASE WHEN isfinite({c}) THEN (extract(epoch FROM {c}) * 1000000)::bigint::text"
-        " ELSE {c}::text END"
-        for t in ("timestamp with time zone", "timestamp without time zone")
-    },
-    ("date", "date"): "CASE WHEN isfinite({c}) THEN ({c} - DATE '1970-01-01')::text ELSE {c}::text END",
-}
-# MariaDB: no TIMESTAMP (read in the session's time zone) and no BIGINT UNSIGNED (a decimal kind). A date
-# MariaDB cannot count from 1970 (the zero date) is written as its text, which no warehouse value matches.
-MARIADB_FORMS: dict[tuple[str, str], str] = {
-    **{(t, "int"): "CAST({c} AS CHAR)" for t in ("tinyint", "smallint", "mediumint", "int", "bigint", "year")},
-    ("tinyint", "bool"): "CASE WHEN {c} <> 0 THEN 'true' WHEN {c} = 0 THEN 'false' END",  # a null stays null
-    **{(t, "text"): "CONVERT({c} USING utf8mb4)" for t in ("char", "varchar", "tinytext", "text", "mediumtext")},
-    ("longtext", "text"): "CONVERT({c} USING utf8mb4)",
-    ("datetime", "timestamp"): "COALESCE(CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {c}) AS CHAR),"
-    " CONCAT('?', CAST({c} AS CHAR)))",
-    ("date", "date"): "COALESCE(CAST(DATEDIFF({c}, '1970-01-01') AS CHAR), CONCAT('?', CAST({c} AS CHAR)))",
-}
-# A field's piece in each dialect: (text that may hold anything, any other value); {t}: the value's text.
-PIECES = {
-    "postgres": ("coalesce(octet_length({t})::text || ':' || {t}, '~')", "coalesce({t} || ',', '~')"),
-    "mariadb": ("COALESCE(CONCAT(OCTET_LENGTH({t}), ':', {t}), '~')", "COALESCE(CONCAT({t}, ','), '~')"),
-    "spark": ("coalesce(concat(CAST(octet_length({t}) AS STRING), ':', {t}), '~')", "coalesce(concat({t}, ','), '~')"),
-}
+# The warehouse's piece of a row text for a non-null value, by the kind its column has; each source kind
+# writes its own (``sources.checksums.Checksums.forms``), equal stored values giving the same bytes.
+SPARK_PIECES = ("coalesce(concat(CAST(octet_length({t}) AS STRING), ':', {t}), '~')", "coalesce(concat({t}, ','), '~')")
 SPARK_FORMS: dict[str, str] = {
     "int": "CAST({c} AS STRING)",
     "text": "{c}",
@@ -93,10 +62,6 @@ SPARK_FORMS: dict[str, str] = {
     "bool": "CAST({c} AS STRING)",
     "timestamp": "CAST(unix_micros({c}) AS STRING)",
     "date": "CAST(unix_date({c}) AS STRING)",
-}
-KEY_TYPES = {
-    "postgres": frozenset(("smallint", "integer", "bigint")),
-    "mariadb": frozenset(("tinyint", "smallint", "mediumint", "int", "bigint")),
 }
 
 
@@ -113,10 +78,8 @@ class Plan:
     store_text: str  # the same, Spark SQL over the warehouse table's columns
 
     def source_bucket(self) -> str:
-        key = _quoted(self.key, self.dialect)
-        if self.dialect == "postgres":
-            return self._bucket(f"{key}::bigint", "/")
-        return self._bucket(f"CAST({key} AS SIGNED)", "DIV")
+        sums = kind_of(self.dialect).checksums
+        return self._bucket(sums.as_bigint(kind_of(self.dialect).quote(self.key)), sums.integer_division())
 
     def store_bucket(self) -> str:
         return f"coalesce({self._bucket('try_cast(_cdcsync_id AS BIGINT)', 'div')}, 0)"
@@ -131,10 +94,8 @@ class Plan:
         runs = _runs(sorted(ranges))
         if len(runs) > RUNS:
             numbers = ",".join(str(r) for r in sorted(ranges))
-            if self.dialect == "postgres":
-                return f"{self.source_bucket()} = ANY('{{{numbers}}}'::bigint[])"
-            return f"{self.source_bucket()} IN ({numbers})"
-        key = _quoted(self.key, self.dialect)
+            return kind_of(self.dialect).checksums.one_of(self.source_bucket(), numbers)
+        key = kind_of(self.dialect).quote(self.key)
         parts = []
         for first, last in runs:
             start = f"{key} >= {self.low + first * self.width}" if first else ""
@@ -159,96 +120,36 @@ def plan(source: SourceConfig, table: TableRef, mapping: TableMapping, kinds: Ma
     fields = mapping.fields()  # column -> (field, kind)
     if set(kinds) != {name for name, _ in fields.values()}:
         return None
-    catalog = _catalog(source, table, mapping.key_columns[0])
+    catalog = kind_of(source).checksums.catalog(source, table, mapping.key_columns[0])
     if catalog is None:
         return None
     types, low, high, estimated = catalog
-    dialect, key = source.kind, mapping.key_columns[0]
-    forms = POSTGRES_FORMS if dialect == "postgres" else MARIADB_FORMS
-    if types.get(key) not in KEY_TYPES[dialect]:
+    db, key = kind_of(source), mapping.key_columns[0]
+    sums = db.checksums
+    if types.get(key) not in sums.key_types:
         return None
-    source_parts, store_parts = [_piece(_quoted(key, dialect), dialect, False)], [_piece("_cdcsync_id", "spark", False)]
+    source_parts, store_parts = (
+        [_piece(db.quote(key), sums.pieces, False)],
+        [_piece("_cdcsync_id", SPARK_PIECES, False)],
+    )
     for column, (name, kind) in sorted(fields.items(), key=lambda item: item[1][0]):
-        form = forms.get((types.get(column, ""), kind or ""))
+        form = sums.forms.get((types.get(column, ""), kind or ""))
         if form is None or kinds[name] != kind:
             return None
-        source_parts.append(_piece(form.format(c=_quoted(column, dialect)), dialect, kind == "text"))
-        store_parts.append(_piece(SPARK_FORMS[str(kind)].format(c=_spark(name)), "spark", kind == "text"))
+        source_parts.append(_piece(form.format(c=db.quote(column)), sums.pieces, kind == "text"))
+        store_parts.append(_piece(SPARK_FORMS[str(kind)].format(c=_spark(name)), SPARK_PIECES, kind == "text"))
     buckets = min(max(BUCKETS, estimated // RANGE_ROWS), MOST_BUCKETS, high - low + 1)
     width = -(-(high - low + 1) // buckets)
     if low - width < -(2**62) or low + width * buckets > 2**62:  # the bucket arithmetic stays inside bigint
         return None
-    text = " || ".join(source_parts) if dialect == "postgres" else f"CONCAT({', '.join(source_parts)})"
-    return Plan(dialect, key, low, width, buckets, text, f"concat({', '.join(store_parts)})")
-
-
-def _catalog(source: SourceConfig, table: TableRef, key: str) -> tuple[dict[str, str], int, int, int] | None:
-    """The table's columns' data types, its smallest and largest key, and its rows by the catalog's estimate;
-    None where its text is not UTF-8 (Postgres)."""
-    name = _table(table, source.kind)
-    if source.kind == "postgres":
-        with connect_postgres(source) as conn:
-            if conn.execute("SHOW server_encoding").fetchone() != ("UTF8",):
-                return None
-            types = conn.execute(
-                "SELECT column_name, data_type FROM information_schema.columns"
-                " WHERE table_schema = %s AND table_name = %s",
-                (table.namespace, table.table),
-            ).fetchall()
-            column = _quoted(key, "postgres")
-            low, high = conn.execute(f"SELECT min({column}), max({column}) FROM {name}").fetchone() or (None, None)
-            estimated = conn.execute(  # a partitioned table: its partitions' (a plain table is its own one leaf)
-                "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0) FROM pg_partition_tree(to_regclass(%s)) t"
-                " JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
-                (name,),
-            ).fetchone()
-            if not estimated or not estimated[0]:  # never analyzed (-1): counted, from the key's index
-                estimated = conn.execute(f"SELECT count(*) FROM {name}").fetchone()
-    else:
-        conn = connect_mariadb(source)
-        with conn, conn.cursor() as cur:
-            cur.execute(
-                "SELECT column_name, data_type FROM information_schema.columns"
-                " WHERE table_schema = %s AND table_name = %s",
-                (table.namespace, table.table),
-            )
-            types = list(cur.fetchall())
-            cur.execute(f"SELECT MIN({_quoted(key, 'mariadb')}), MAX({_quoted(key, 'mariadb')}) FROM {name}")
-            low, high = cur.fetchone() or (None, None)
-            cur.execute(
-                "SELECT table_rows FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-                (table.namespace, table.table),
-            )
-            estimated = cur.fetchone()
-    found = {str(column): str(kind).lower() for column, kind in types}
-    if low is None or high is None:
-        low = high = 0
-    return found, int(low), int(high), int(estimated[0] or 0) if estimated else 0
+    return Plan(source.kind, key, low, width, buckets, sums.concat(source_parts), f"concat({', '.join(store_parts)})")
 
 
 def source_sums(source: SourceConfig, table: TableRef, plan: Plan) -> Sums:
     """Each range's row count and hash sums in the source table, in one statement (one snapshot)."""
-    name = _table(table, plan.dialect)
-    if plan.dialect == "postgres":
-        query = (
-            f"SELECT b, count(*), sum(('x' || substr(h, 1, 15))::bit(60)::bigint),"
-            f" sum(('x' || substr(h, 16, 15))::bit(60)::bigint)"
-            f" FROM (SELECT {plan.source_bucket()} AS b, md5({plan.source_text}) AS h FROM {name}) r GROUP BY b"
-        )
-        with connect_postgres(source) as conn:
-            rows = conn.execute(query).fetchall()
-    else:
-        query = (
-            f"SELECT b, COUNT(*), SUM(CAST(CONV(SUBSTR(h, 1, 15), 16, 10) AS UNSIGNED)),"
-            f" SUM(CAST(CONV(SUBSTR(h, 16, 15), 16, 10) AS UNSIGNED))"
-            f" FROM (SELECT {plan.source_bucket()} AS b, MD5(CONVERT({plan.source_text} USING utf8mb4)) AS h"
-            f" FROM {name}) r GROUP BY b"
-        )
-        conn = connect_mariadb(source)
-        with conn, conn.cursor() as cur:
-            cur.execute(query)
-            rows = list(cur.fetchall())
-    return {int(b): (int(n), int(s1), int(s2)) for b, n, s1, s2 in rows}
+    kind = kind_of(plan.dialect)
+    query = kind.checksums.sums_query(plan.source_bucket(), plan.source_text, kind.qualified(table))
+    return {int(b): (int(n), int(s1), int(s2)) for b, n, s1, s2 in kind.fetch(source, query)}
 
 
 def store_sums_sql(plan: Plan) -> tuple[str, str, list[str]]:
@@ -277,13 +178,13 @@ def rows_of(sums: Sums, ranges: set[int]) -> int:
     return sum(n for b, (n, _, _) in sums.items() if b not in ranges)
 
 
-def _piece(text: str, dialect: str, free: bool) -> str:
+def _piece(text: str, pieces: tuple[str, str], free: bool) -> str:
     """A field's part of a row's text, ``~`` for a null (no value starts with it).
 
     ``free``: text that may hold any character, written ``<bytes>:<text>``; any other value (digits, ``true``,
     a UUID, ``infinity``) holds no ``,`` and is written ``<text>,``, its SQL evaluated once.
     """
-    free_form, plain_form = PIECES[dialect]
+    free_form, plain_form = pieces
     return (free_form if free else plain_form).format(t=text)
 
 
@@ -296,15 +197,6 @@ def _runs(ranges: list[int]) -> list[tuple[int, int]]:
         else:
             runs.append((r, r))
     return runs
-
-
-def _quoted(name: str, dialect: str) -> str:
-    quote = '"' if dialect == "postgres" else "`"
-    return quote + name.replace(quote, quote * 2) + quote
-
-
-def _table(table: TableRef, dialect: str) -> str:
-    return f"{_quoted(table.namespace, dialect)}.{_quoted(table.table, dialect)}"
 
 
 def _spark(name: str) -> str:

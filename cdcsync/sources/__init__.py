@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdcsync.sources.base import SourceKind
+from cdcsync.sources.kind import SourceKind
 from cdcsync.sources.mariadb import MariaDB
 from cdcsync.sources.postgres import Postgres
 
@@ -29,6 +29,9 @@ NOT_YET = {
 
 # Debezium's ``source.connector`` in an event -> the kind that reads it.
 CONNECTORS: dict[str, SourceKind] = {connector: kind for kind in KINDS.values() for connector in kind.connectors}
+
+# What a query raises, whatever the kind, for a literal the database cannot read as its column's type.
+BAD_VALUE: tuple[type[BaseException], ...] = tuple({error: None for kind in KINDS.values() for error in kind.bad_value})
 
 
 def kind_of(source: Any) -> SourceKind:

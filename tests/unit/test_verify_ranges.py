@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cdcsync.sources import KINDS
 from cdcsync.sync import verify_ranges as ranges
 
 
@@ -42,10 +43,10 @@ def test_ranges_differ_by_count_or_either_sum_and_a_range_on_one_side_only_diffe
 
 def test_a_null_and_every_value_are_written_apart() -> None:
     """A null is ``~``, which no value's text starts with; text is length-prefixed, so no separator is ambiguous."""
-    for dialect in ("postgres", "mariadb", "spark"):
-        assert "'~'" in ranges._piece("x", dialect, True) and "'~'" in ranges._piece("x", dialect, False)
-        assert "octet_length" in ranges._piece("x", dialect, True).lower()
-        assert "octet_length" not in ranges._piece("x", dialect, False).lower()
+    for pieces in [*(kind.checksums.pieces for kind in KINDS.values()), ranges.SPARK_PIECES]:
+        assert "'~'" in ranges._piece("x", pieces, True) and "'~'" in ranges._piece("x", pieces, False)
+        assert "octet_length" in ranges._piece("x", pieces, True).lower()
+        assert "octet_length" not in ranges._piece("x", pieces, False).lower()
 
 
 def test_many_runs_of_ranges_are_named_by_range_number_and_a_table_mostly_differing_is_read_by_row() -> None:

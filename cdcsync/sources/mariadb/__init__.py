@@ -10,22 +10,13 @@ from typing import Any, ClassVar
 
 import pymysql  # type: ignore[import-untyped]
 
-from cdcsync.sources.base import SourceKind, SourceSettings
+from cdcsync.sources.base import SourceSettings
+from cdcsync.sources.kind import SourceKind
 from cdcsync.sources.mariadb.capture import MariaDBCapture
 from cdcsync.sources.mariadb.changes import MariaDBChanges
+from cdcsync.sources.mariadb.checksums import MariaDBChecksums
+from cdcsync.sources.mariadb.connection import connect
 from cdcsync.sources.mariadb.reads import MariaDBReads
-
-
-def connect(source: SourceSettings, timeout_s: int = 10, database: bool = True) -> pymysql.connections.Connection:
-    """A connection as the source's user (to its database, or to none); the caller closes it."""
-    return pymysql.connect(
-        host=source.host,
-        port=source.port,
-        user=source.user,
-        database=source.database if database else None,
-        password=source.password.get_secret_value(),
-        connect_timeout=timeout_s,
-    )
 
 
 class MariaDB(SourceKind):
@@ -34,9 +25,18 @@ class MariaDB(SourceKind):
     connectors = ("mariadb", "mysql")
     quote_mark = "`"
     unreachable: ClassVar[tuple[type[BaseException], ...]] = (pymysql.err.OperationalError, OSError)
+    bad_value: ClassVar[tuple[type[BaseException], ...]] = (pymysql.err.DataError,)
 
     def __init__(self) -> None:
         self.capture, self.reads, self.changes = MariaDBCapture(), MariaDBReads(), MariaDBChanges()
+        self.checksums = MariaDBChecksums()
+
+    def text_literal(self, text: str) -> str:
+        """A string literal: MariaDB reads a backslash in one as an escape."""
+        return super().text_literal(text.replace("\\", "\\\\"))
+
+    def bytes_literal(self, base64_text: str) -> str:
+        return f"FROM_BASE64({self.text_literal(base64_text)})"
 
     def default_namespace(self, database: str) -> str:
         return database

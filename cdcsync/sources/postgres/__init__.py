@@ -6,23 +6,13 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from cdcsync.sources.base import SourceKind, SourceSettings
+from cdcsync.sources.base import SourceSettings
+from cdcsync.sources.kind import SourceKind
 from cdcsync.sources.postgres.capture import PostgresCapture
 from cdcsync.sources.postgres.changes import PostgresChanges
+from cdcsync.sources.postgres.checksums import PostgresChecksums
+from cdcsync.sources.postgres.connection import connect
 from cdcsync.sources.postgres.reads import PostgresReads
-
-
-def connect(source: SourceSettings, timeout_s: int = 10, autocommit: bool = False) -> psycopg.Connection:
-    """A connection as the source's user to its database; the caller closes it."""
-    return psycopg.connect(
-        autocommit=autocommit,
-        host=source.host,
-        port=source.port,
-        dbname=source.database,
-        user=source.user,
-        password=source.password.get_secret_value(),
-        connect_timeout=timeout_s,
-    )
 
 
 class Postgres(SourceKind):
@@ -30,9 +20,14 @@ class Postgres(SourceKind):
     connectors = ("postgresql",)
     quote_mark = '"'
     unreachable: ClassVar[tuple[type[BaseException], ...]] = (psycopg.OperationalError, OSError)
+    bad_value: ClassVar[tuple[type[BaseException], ...]] = (psycopg.DataError,)
 
     def __init__(self) -> None:
         self.capture, self.reads, self.changes = PostgresCapture(), PostgresReads(), PostgresChanges()
+        self.checksums = PostgresChecksums()
+
+    def bytes_literal(self, base64_text: str) -> str:
+        return f"decode({self.text_literal(base64_text)}, 'base64')"
 
     def default_namespace(self, database: str) -> str:
         return "public"

@@ -4,15 +4,15 @@ psycopg refuses some values Postgres holds ('infinity', dates past year
 9999 or BC, ``time '24:00:00'``) and makes Python objects of others that
 would compare with neither Debezium's form nor each other. ``reading``
 registers a loader per such type, each wrapping psycopg's own (its C one,
-where the binary package is installed). ``sync.catalog`` reads the source's
-rows through it.
+where the binary package is installed). A Postgres source's rows are read
+through it (``PostgresReads``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 import psycopg
@@ -23,17 +23,20 @@ from psycopg.adapt import Loader
 from psycopg.pq import Format
 from psycopg.types.string import TextLoader
 
-from cdcsync.config import SourceConfig
-from cdcsync.db import connect_postgres
-from cdcsync.sync.values import EARLIEST, LATEST
+from cdcsync.sources.base import SourceSettings
+from cdcsync.sources.postgres.connection import connect
+
+# The bounds a far value is read as (the same as sync.values reads Debezium's far values as).
+LATEST = datetime.max.replace(tzinfo=UTC)
+EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 FAR_FIRST = frozenset(b"i-")  # the first byte of a far date or timestamp psycopg refuses, as Postgres writes it
 
 
 @contextmanager
-def reading(source: SourceConfig) -> Iterator[psycopg.Connection]:
+def reading(source: SourceSettings) -> Iterator[psycopg.Connection]:
     """A connection that reads values as ``verify`` compares them."""
-    with connect_postgres(source) as conn:
+    with connect(source) as conn:
         for name, loader in _LOADERS.items():
             conn.adapters.register_loader(name, loader)
         conn.execute("SET IntervalStyle = 'iso_8601'")
