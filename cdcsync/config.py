@@ -40,11 +40,11 @@ from pydantic import Field, field_validator, model_validator
 
 from cdcsync.config_base import MASK, PROPERTY_KEY, SECRET_KEY, Properties
 from cdcsync.config_base import Strict as _Strict
-from cdcsync.config_follower import BATCH_BYTES as BATCH_BYTES  # the follower's models, re-exported
-from cdcsync.config_follower import BATCH_RECORDS as BATCH_RECORDS
-from cdcsync.config_follower import TRIGGER_INTERVAL_S as TRIGGER_INTERVAL_S
+from cdcsync.config_follower import DeltaFollowerConfig as DeltaFollowerConfig  # the follower's models, re-exported
+from cdcsync.config_follower import ElasticsearchFollowerConfig as ElasticsearchFollowerConfig
 from cdcsync.config_follower import FollowerConfig
 from cdcsync.config_follower import MappingType as MappingType
+from cdcsync.config_follower import RedisFollowerConfig as RedisFollowerConfig
 from cdcsync.config_follower import TableMappingConfig as TableMappingConfig
 from cdcsync.config_follower import VerifySettings as VerifySettings
 from cdcsync.config_runtime import DeltaSettings, MetricsSettings, SparkSettings

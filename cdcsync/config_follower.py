@@ -1,15 +1,22 @@
 """A follower's config: the store it keeps in sync (``FollowerConfig``), its tables' mappings and its verify pass.
 
 Part of the config's models (``cdcsync.config``), which holds and re-exports them.
+
+Each kind of store has its class (``ElasticsearchFollowerConfig``, ``RedisFollowerConfig``,
+``DeltaFollowerConfig``), which declares what differs by kind: its batches' defaults, the URL schemes
+its server takes (none: a store with no server), which credentials go together, whether it takes index
+settings and whether its store is the warehouse's tables. A follower's entry is validated as its kind's
+class (``kind`` names it: ``FollowerConfig`` dispatches, whether validated or constructed), so the rules
+of each kind are read from its class, never by asking which kind a follower is.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, get_args
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidatorFunctionWrapHandler, model_validator
 
 from cdcsync.config_base import NAME_PATTERN
 from cdcsync.config_base import Strict as _Strict
@@ -59,22 +66,6 @@ class TableMappingConfig(_Strict):
     )
 
 
-# Seconds between batch starts by sink kind (a batch that takes longer is followed at once). Search and cache
-# batches of ~500 changes take ~0.4 s at 1k changes/s, so a change waits ~0.25 s for its batch instead of ~0.5 s;
-# a warehouse MERGE takes seconds, so its interval does not matter (bench.freshness: docs/performance.md).
-TRIGGER_INTERVAL_S = {"elasticsearch": 0.5, "redis": 0.5, "delta": 1.0}
-# A batch's limits by sink kind: records, and bytes of records (sync/batching). The warehouse collects its batch
-# on the driver for one MERGE, so its bytes are what the heap holds; a MERGE is mostly fixed cost (2.3-2.6 s
-# alone for 5,000 to 50,000 narrow rows), so a warehouse behind catches up faster in larger ones: 64 MiB took a
-# burst of 100k changes at 3,967/s against 2,968-3,064/s at 16 MiB (docs/performance.md, "Batch size").
-# Search and cache batches are applied by Spark's tasks as they read them (sync/executors), Arrow batches of
-# 8 MiB at a time whatever the batch's size; their limits only set how often a catching-up follower pays a
-# batch's fixed cost (~0.3 s: task launch, checkpoint writes, a refresh), which at 30,000 changes per batch was
-# a third of a catch-up's time.
-BATCH_RECORDS = {"elasticsearch": 200_000, "redis": 200_000, "delta": 100_000}
-BATCH_BYTES = {"elasticsearch": 64 * 1024 * 1024, "redis": 64 * 1024 * 1024, "delta": 64 * 1024 * 1024}
-
-
 class VerifySettings(_Strict):
     """The daemon's background verification of a follower (docs/followers.md, "Background verification")."""
 
@@ -107,12 +98,13 @@ class FollowerConfig(_Strict):
     dead_letter_topic: str | None = Field(None, description="where records that cannot be applied go, with the "
                                           "reason (default cdcsync.dlq.<name>)")  # fmt: skip
     max_offsets_per_trigger: int | None = Field(
-        None, ge=1, description="a batch's records at most; default by kind (BATCH_RECORDS)"
+        None, ge=1, description="a batch's records at most; default by kind (its class's default_batch_records)"
     )
     max_batch_bytes: int | None = Field(
         None,
         ge=1024 * 1024,
-        description="a batch's records at most about this many bytes (sync/batching); default by kind (BATCH_BYTES)",
+        description="a batch's records at most about this many bytes (sync/batching); default by kind (its "
+        "class's default_batch_bytes)",
     )
     batch_deadline_s: float | None = Field(
         None,
@@ -124,7 +116,9 @@ class FollowerConfig(_Strict):
         8, ge=1, description="writes of a batch tried before it fails; the daemon then restarts the follower later"
     )
     trigger_interval_s: float | None = Field(
-        None, ge=0, description="seconds between batches; default by kind (TRIGGER_INTERVAL_S, docs/performance.md)"
+        None,
+        ge=0,
+        description="seconds between batches; default by kind (its class's default_trigger_s, docs/performance.md)",
     )
     refresh_each_batch: bool = Field(
         True, description="elasticsearch: refresh the written indexes after each batch (false: refresh_interval)"
@@ -134,20 +128,55 @@ class FollowerConfig(_Strict):
         None, description="elasticsearch: the index settings of every table (a table's mappings.<table>.index wins)"
     )
 
+    # What a kind declares, in its class below:
+    default_trigger_s: ClassVar[float]  # seconds between batch starts, where trigger_interval_s is unset
+    default_batch_records: ClassVar[int]  # a batch's records, where max_offsets_per_trigger is unset
+    default_batch_bytes: ClassVar[int]  # a batch's bytes, where max_batch_bytes is unset
+    url_schemes: ClassVar[tuple[str, ...]] = ()  # what its server's url may start with; none: it has no server
+    takes_index: ClassVar[bool] = False  # it takes index settings (index, mappings.<table>.index)
+    # Its store is the warehouse: Delta tables under `path`, which Spark itself reads and writes, so the session
+    # reaches their file system (cdcsync.spark) and the daemon tends them (sync.delta_upkeep).
+    warehouse: ClassVar[bool] = False
+    _kinds: ClassVar[dict[str, type[FollowerConfig]]] = {}  # kind -> its class, each class adding itself
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        (kind,) = get_args(cls.model_fields["kind"].annotation)  # a kind's class takes its kind alone
+        FollowerConfig._kinds[kind] = cls
+
+    @classmethod
+    def _class_of(cls, value: Any) -> type[FollowerConfig] | None:
+        """The class of the kind a follower's entry names, where ``cls`` is ``FollowerConfig`` itself."""
+        kind = value.get("kind") if cls is FollowerConfig and isinstance(value, dict) else None
+        return FollowerConfig._kinds.get(kind) if isinstance(kind, str) else None
+
+    def __new__(cls, *args: Any, **data: Any) -> FollowerConfig:
+        # FollowerConfig(kind=..., ...) builds its kind's class, as validating an entry does (_as_its_kind).
+        return super().__new__(cls._class_of(data) or cls)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _as_its_kind(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """Validate an entry as its kind's class, with that class's defaults and rules (an unknown kind: as is,
+        which refuses it with the kinds there are)."""
+        kind = cls._class_of(value)
+        return kind.model_validate(value) if kind is not None else handler(value)
+
     @property
     def trigger_s(self) -> float:
         """Seconds between the starts of two batches: ``trigger_interval_s``, or its kind's default."""
-        return self.trigger_interval_s if self.trigger_interval_s is not None else TRIGGER_INTERVAL_S[self.kind]
+        return self.trigger_interval_s if self.trigger_interval_s is not None else self.default_trigger_s
 
     @property
     def batch_records(self) -> int:
         """A batch's record limit: ``max_offsets_per_trigger``, or its kind's default."""
-        return self.max_offsets_per_trigger if self.max_offsets_per_trigger is not None else BATCH_RECORDS[self.kind]
+        return self.max_offsets_per_trigger if self.max_offsets_per_trigger is not None else self.default_batch_records
 
     @property
     def batch_bytes(self) -> int:
         """A batch's byte limit: ``max_batch_bytes``, or its kind's default."""
-        return self.max_batch_bytes if self.max_batch_bytes is not None else BATCH_BYTES[self.kind]
+        return self.max_batch_bytes if self.max_batch_bytes is not None else self.default_batch_bytes
 
     @model_validator(mode="before")
     @classmethod
@@ -174,27 +203,23 @@ class FollowerConfig(_Strict):
 
     @model_validator(mode="after")
     def _needs_location(self) -> FollowerConfig:
-        if self.kind in ("elasticsearch", "redis") and not self.url:
-            raise ValueError(f"follower {self.name}: kind {self.kind} needs url")
-        if self.kind == "delta":
+        if not self.url_schemes:  # a store with no server (the warehouse's tables, at a path)
             given = [k for k in ("url", "username", "password", "api_key", "tls_ca") if getattr(self, k) is not None]
             if given:
-                raise ValueError(f"follower {self.name}: kind delta takes no {', '.join(given)}")
+                raise ValueError(f"follower {self.name}: kind {self.kind} takes no {', '.join(given)}")
             return self
-        parts = urlsplit(self.url or "")
-        schemes = {"elasticsearch": ("http", "https"), "redis": ("redis", "rediss", "unix")}[self.kind]
-        if parts.scheme not in schemes:
-            raise ValueError(f"url: scheme {parts.scheme or 'none'!r}; kind {self.kind} takes {', '.join(schemes)}")
+        if not self.url:
+            raise ValueError(f"follower {self.name}: kind {self.kind} needs url")
+        parts = urlsplit(self.url)
+        if parts.scheme not in self.url_schemes:
+            raise ValueError(
+                f"url: scheme {parts.scheme or 'none'!r}; kind {self.kind} takes {', '.join(self.url_schemes)}"
+            )
         try:
             parts.port  # noqa: B018  (parses the port, raising on a bad one)
         except ValueError:
             raise ValueError("url: its port is not a number from 1 to 65535") from None
-        if self.kind == "redis" and self.api_key is not None:
-            raise ValueError("api_key: only an elasticsearch follower takes an API key; redis uses username/password")
-        if self.kind == "elasticsearch" and (self.username is None) != (self.password is None):
-            raise ValueError("username and password: elasticsearch basic auth takes both")
-        if self.kind == "elasticsearch" and self.api_key is not None and self.password is not None:
-            raise ValueError("api_key: set an API key or basic auth (username/password), not both")
+        self._check_credentials()
         if self.tls_ca is not None:
             if parts.scheme not in ("https", "rediss"):
                 raise ValueError(f"tls_ca: the url's scheme is {parts.scheme}; TLS needs https:// or rediss://")
@@ -202,9 +227,12 @@ class FollowerConfig(_Strict):
                 raise ValueError(f"tls_ca: no file {self.tls_ca}")
         return self
 
+    def _check_credentials(self) -> None:
+        """Raise ``ValueError`` for credentials its server does not take (together); a kind's class says which."""
+
     @model_validator(mode="after")
     def _index_is_elasticsearchs(self) -> FollowerConfig:
-        if self.kind == "elasticsearch":
+        if self.takes_index:
             return self
         given = (["index"] if self.index is not None else []) + [
             f"mappings.'{table}'.index" for table, mapping in self.mappings.items() if mapping.index is not None
@@ -233,3 +261,58 @@ class FollowerConfig(_Strict):
     @property
     def dlq_topic(self) -> str:
         return self.dead_letter_topic or f"cdcsync.dlq.{self.name}"
+
+
+class ElasticsearchFollowerConfig(FollowerConfig):
+    """A follower that keeps Elasticsearch indexes: a document per row."""
+
+    kind: Literal["elasticsearch"] = Field(description="the store it keeps in sync")
+
+    # Batches of ~500 changes take ~0.4 s at 1k changes/s, so a change waits ~0.25 s for its batch instead of
+    # ~0.5 s (bench.freshness: docs/performance.md). Batches are applied by Spark's tasks as they read them
+    # (sync/executors), Arrow batches of 8 MiB at a time whatever the batch's size; their limits only set how
+    # often a catching-up follower pays a batch's fixed cost (~0.3 s: task launch, checkpoint writes, a refresh),
+    # which at 30,000 changes per batch was a third of a catch-up's time.
+    default_trigger_s = 0.5
+    default_batch_records = 200_000
+    default_batch_bytes = 64 * 1024 * 1024
+    url_schemes = ("http", "https")
+    takes_index = True
+
+    def _check_credentials(self) -> None:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("username and password: elasticsearch basic auth takes both")
+        if self.api_key is not None and self.password is not None:
+            raise ValueError("api_key: set an API key or basic auth (username/password), not both")
+
+
+class RedisFollowerConfig(FollowerConfig):
+    """A follower that keeps a Redis key space: a hash per row."""
+
+    kind: Literal["redis"] = Field(description="the store it keeps in sync")
+
+    # As Elasticsearch's (ElasticsearchFollowerConfig): short batches for freshness, large limits for catch-up.
+    default_trigger_s = 0.5
+    default_batch_records = 200_000
+    default_batch_bytes = 64 * 1024 * 1024
+    url_schemes = ("redis", "rediss", "unix")
+
+    def _check_credentials(self) -> None:
+        if self.api_key is not None:
+            raise ValueError("api_key: only an elasticsearch follower takes an API key; redis uses username/password")
+
+
+class DeltaFollowerConfig(FollowerConfig):
+    """A follower that keeps the warehouse: a Delta table per source table, under ``path``."""
+
+    kind: Literal["delta"] = Field(description="the store it keeps in sync")
+
+    # A MERGE takes seconds, so its interval does not matter (bench.freshness: docs/performance.md). The batch is
+    # collected on the driver for one MERGE, so its bytes are what the heap holds; a MERGE is mostly fixed cost
+    # (2.3-2.6 s alone for 5,000 to 50,000 narrow rows), so a warehouse behind catches up faster in larger ones:
+    # 64 MiB took a burst of 100k changes at 3,967/s against 2,968-3,064/s at 16 MiB (docs/performance.md,
+    # "Batch size").
+    default_trigger_s = 1.0
+    default_batch_records = 100_000
+    default_batch_bytes = 64 * 1024 * 1024
+    warehouse = True

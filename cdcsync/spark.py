@@ -93,7 +93,7 @@ def spark_session(
     if master is not None:
         builder = builder.master(master)
     settings = {**spark.conf, **(conf or {})}
-    paths = [f.path or "" for f in config.followers if f.kind == "delta"]
+    paths = [f.path or "" for f in config.followers if f.warehouse]
     jars = session_jars(connector_jars(spark), uses_s3a(paths, settings))  # S3A's only for object storage
     builder = (
         builder.config("spark.jars", ",".join(str(j) for j in jars))

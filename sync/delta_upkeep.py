@@ -93,7 +93,7 @@ class Upkeep:
 
     def __init__(self, config: Config, followers: list[FollowerConfig], spark: SparkSession | None) -> None:
         self.config, self.spark = config, spark
-        self.followers = [f for f in followers if f.kind == "delta"]
+        self.followers = [f for f in followers if f.warehouse]
 
     @property
     def every_s(self) -> float:

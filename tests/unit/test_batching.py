@@ -22,14 +22,16 @@ def test_never_below_the_floor_and_nothing_sampled_keeps_the_count() -> None:
 
 
 def test_batch_limits_default_by_sink_kind_and_follow_the_config() -> None:
-    from cdcsync.config import BATCH_BYTES, BATCH_RECORDS, FollowerConfig
+    from cdcsync.config import ElasticsearchFollowerConfig, FollowerConfig
 
     warehouse = FollowerConfig(name="w", kind="delta")
     search = FollowerConfig(name="s", kind="elasticsearch", url="http://es:9200")
     # The warehouse collects its batch on the driver: its bytes bound what the heap holds (docs/daemon.md).
     assert (warehouse.batch_records, warehouse.batch_bytes) == (100_000, 64 * MIB)
     # Search and cache stream their batch through the tasks: larger batches, fewer fixed costs.
-    assert (search.batch_records, search.batch_bytes) == (BATCH_RECORDS["elasticsearch"], BATCH_BYTES["elasticsearch"])
+    assert isinstance(search, ElasticsearchFollowerConfig)  # a follower's config is its kind's class
+    assert (search.batch_records, search.batch_bytes) == (200_000, 64 * MIB)
+    assert (search.batch_records, search.batch_bytes) == (search.default_batch_records, search.default_batch_bytes)
     assert search.batch_records > warehouse.batch_records and search.batch_bytes >= warehouse.batch_bytes
     tuned = FollowerConfig(
         name="c", kind="redis", url="redis://cache:6379/0", max_offsets_per_trigger=500, max_batch_bytes=2 * MIB
