@@ -18,20 +18,12 @@ from __future__ import annotations
 
 from cdcsync.config import SourceConfig
 from cdcsync.connectors.client import ConnectClient
-from cdcsync.db import connect_postgres
-
-
-def slot_exists(source: SourceConfig) -> bool:
-    with connect_postgres(source, timeout_s=5, autocommit=True) as conn:
-        return (
-            conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (source.slot,)).fetchone()
-            is not None
-        )
+from cdcsync.sources import kind_of
 
 
 def create(client: ConnectClient, source: SourceConfig, desired: dict[str, str]) -> str:
     """Register a connector that does not exist yet; the action taken, for ``apply``'s report."""
-    if source.kind != "postgres" or slot_exists(source):
+    if kind_of(source).capture.resumes_stale_offsets(source):
         client.put_config(source.name, desired)
         return "created"
     client.create_stopped(source.name, desired)

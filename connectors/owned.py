@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.connectors.render import CONNECTOR_CLASSES, MARKER, read_properties, secrets_dir
+from cdcsync.sources import kind_of
 from cdcsync.state import base_dir
 
 FILE_REFERENCE = re.compile(r"^\$\{file:(?P<path>.+):(?P<key>[^:]+)\}$")
@@ -55,9 +56,8 @@ class Orphan:
         """What its capture keeps in the database until it is removed, worst first."""
         if self.source is not None:
             return held(self.source)
-        found = []
-        if self.config.get("connector.class") == CONNECTOR_CLASSES["postgres"]:
-            found += [_slot(self.config.get("slot.name")), f"publication {self.config.get('publication.name')}"]
+        kind = _kind_of_class(self.config.get("connector.class", ""))
+        found = kind_of(kind).capture.held_in(self.config) if kind is not None else []
         if self.config.get("signal.data.collection"):
             found.append(f"signal table {self.config['signal.data.collection']}")
         return found
@@ -65,12 +65,7 @@ class Orphan:
 
 def held(source: SourceConfig) -> list[str]:
     """What a source's capture keeps in its database until ``connectors.remove`` drops it, worst first."""
-    found = [_slot(source.slot), f"publication {source.publication}"] if source.kind == "postgres" else []
-    return [*found, f"signal table {source.signal_table}"]
-
-
-def _slot(name: str | None) -> str:
-    return f"replication slot {name} (it keeps every WAL segment from now on until it is dropped)"
+    return [*kind_of(source).capture.held(source), f"signal table {source.signal_table}"]
 
 
 def id_file(config: Config) -> Path:
@@ -112,8 +107,7 @@ def orphans(config: Config, client: ConnectClient) -> list[Orphan]:
 
 def rebuild(name: str, values: dict[str, str], config: Config) -> SourceConfig:
     """The source connector ``name`` was rendered from, as far as removing its capture needs (module docstring)."""
-    kinds = {cls: kind for kind, cls in CONNECTOR_CLASSES.items()}
-    kind = kinds.get(values.get("connector.class", ""))
+    kind = _kind_of_class(values.get("connector.class", ""))
     if kind is None:
         raise ValueError(f"connector.class {values.get('connector.class')!r} is none that cdcsync registers")
     missing = [k for k in ("database.hostname", "database.port", "database.user") if not values.get(k)]
@@ -130,11 +124,9 @@ def rebuild(name: str, values: dict[str, str], config: Config) -> SourceConfig:
         "port": values["database.port"],
         "user": values["database.user"],
         "password": password(name, values.get("database.password", ""), config),
-        "database": values.get("database.dbname") if kind == "postgres" else signal_namespace,
         "tables": _tables(values.get("table.include.list", ""), signal_namespace),
+        **kind_of(kind).capture.rebuilt(values, signal_namespace),  # its database, slot, publication
     }
-    if kind == "postgres":
-        fields |= {"slot": values.get("slot.name"), "publication": values.get("publication.name")}
     try:
         return SourceConfig.model_validate(fields)
     except ValidationError as err:
@@ -162,6 +154,11 @@ def password(name: str, value: str, config: Config) -> str:
     raise ValueError(
         f"its database password {value} cannot be read here (secrets dir {secrets_dir(config)}); set {variable}"
     )
+
+
+def _kind_of_class(connector_class: str) -> str | None:
+    """The kind whose Debezium connector has this class, or None."""
+    return next((kind for kind, cls in CONNECTOR_CLASSES.items() if cls == connector_class), None)
 
 
 def _unquote(part: str) -> str:

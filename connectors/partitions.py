@@ -27,34 +27,20 @@ import json
 import logging
 from pathlib import Path
 
-from cdcsync.config import Config, SourceConfig, TableRef
+from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors import signals
-from cdcsync.db import fetch
+from cdcsync.sources import kind_of
+from cdcsync.sources.capture import Leaves
 from cdcsync.state import base_dir
 
 log = logging.getLogger(__name__)
 
-Leaves = dict[str, dict[str, str]]  # table -> {oid: "schema.name"} of its leaf partitions
+__all__ = ["Leaves", "follow", "leaves", "remember", "state_file"]
 
 
-def leaves(source: SourceConfig) -> Leaves:
-    """Every captured partitioned table's leaf partitions now (tables without partitions are left out)."""
-    names = {_regclass(t): str(t) for t in source.tables}
-    rows = fetch(  # one query for every table: the capture watch asks each minute
-        source,
-        "SELECT r.name, c.oid::bigint, n.nspname, c.relname FROM unnest(%s::text[]) AS r(name)"
-        " CROSS JOIN LATERAL pg_partition_tree(to_regclass(r.name)) t JOIN pg_class c ON c.oid = t.relid"
-        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.isleaf AND t.level > 0",
-        (list(names),),
-    )
-    found: Leaves = {}
-    for name, oid, schema, relname in rows:
-        found.setdefault(names[name], {})[str(oid)] = f"{schema}.{relname}"
-    return found
-
-
-def _regclass(table: TableRef) -> str:
-    return ".".join('"' + part.replace('"', '""') + '"' for part in (table.namespace, table.table))
+def leaves(source: SourceConfig) -> Leaves | None:
+    """Every captured partitioned table's leaf partitions now; None when the source's kind needs none followed."""
+    return kind_of(source).capture.leaves(source)
 
 
 def state_file(config: Config, source: SourceConfig) -> Path:
@@ -63,10 +49,10 @@ def state_file(config: Config, source: SourceConfig) -> Path:
 
 def remember(config: Config, source: SourceConfig, now: Leaves | None = None, only: list[str] | None = None) -> None:
     """Record the partitions the source's captured tables have now (of the tables ``only`` names, if given)."""
-    if source.kind != "postgres":
+    now = leaves(source) if now is None else now
+    if now is None:
         return
     path = state_file(config, source)
-    now = leaves(source) if now is None else now
     if only is not None and path.exists():  # tables just snapshotted whole: the others keep what was seen
         now = {**json.loads(path.read_text()), **{t: now[t] for t in only if t in now}}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,9 +63,9 @@ def remember(config: Config, source: SourceConfig, now: Leaves | None = None, on
 
 def follow(config: Config, source: SourceConfig) -> tuple[list[str], list[str]]:
     """Snapshot the rows of partitions attached since last seen: (what was done, what needs an operator)."""
-    if source.kind != "postgres":
-        return [], []
     now, path = leaves(source), state_file(config, source)
+    if now is None:
+        return [], []
     if not path.exists():
         remember(config, source, now)
         return [], []

@@ -32,12 +32,10 @@ from string import Template
 
 from cdcsync.config import SECRET_KEY, Config, SourceConfig
 from cdcsync.names import debezium_id
+from cdcsync.sources import KINDS, kind_of
 from cdcsync.state import state_dir
 
-CONNECTOR_CLASSES = {
-    "postgres": "io.debezium.connector.postgresql.PostgresConnector",
-    "mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
-}
+CONNECTOR_CLASSES = {name: kind.capture.connector_class for name, kind in KINDS.items()}  # by kind's name
 SECRET_KEYS = SECRET_KEY
 MARKER = "cdcsync.deployment"  # the deployment that registered the connector (connectors.owned)
 PROVIDER_REFERENCE = re.compile(r"^\$\{[a-z0-9_-]+:.*\}$", re.IGNORECASE)
@@ -45,7 +43,7 @@ PROVIDER_REFERENCE = re.compile(r"^\$\{[a-z0-9_-]+:.*\}$", re.IGNORECASE)
 
 @cache
 def template(kind: str) -> dict[str, str]:
-    name = "postgres" if kind == "postgres" else "mariadb"
+    name = kind_of(kind).capture.template
     raw = json.loads(resources.files("cdcsync.connectors").joinpath(f"templates/{name}.json").read_text())
     return {k: v for k, v in raw.items() if not k.startswith("_")}
 
@@ -226,7 +224,7 @@ def _render_clear(source: SourceConfig, config: Config) -> dict[str, str]:
         "ddl_filter": ddl_filter(source),
     }
     rendered = {k: Template(v).substitute(values) for k, v in template(source.kind).items()}
-    rendered["connector.class"] = CONNECTOR_CLASSES[source.kind]
+    rendered["connector.class"] = kind_of(source).capture.connector_class
     if "schema.history.internal.kafka.bootstrap.servers" in rendered:  # its own producer and consumer (SASL/SSL)
         for key, value in config.kafka.java_properties.items():
             rendered[f"schema.history.internal.producer.{key}"] = value

@@ -21,6 +21,7 @@ from typing import Any
 
 from cdcsync.config import SourceConfig
 from cdcsync.connectors.client import ConnectClient
+from cdcsync.sources import kind_of
 
 REPAIR = (
     "changes from here on would rank below what the followers hold and be skipped as older. "
@@ -29,47 +30,14 @@ REPAIR = (
 )
 
 
-def _gtid_seq(gtids: str, domain: str = "0") -> int | None:
-    for gtid in gtids.split(","):
-        parts = gtid.strip().split("-")
-        if len(parts) == 3 and parts[0] == domain and parts[2].isdigit():
-            return int(parts[2])
-    return None
-
-
 def went_back(kind: str, committed: dict[str, Any], current: Any) -> str | None:
     """What shows the log went back behind ``committed`` (a connector's offset), or None (pure)."""
-    if kind == "postgres":
-        lsn = committed.get("lsn")
-        if isinstance(lsn, int) and current is not None and int(current) < lsn:
-            return f"its WAL position {int(current)} is behind the LSN {lsn} capture already read"
-        return None
-    gtids = committed.get("gtids")
-    seq = _gtid_seq(gtids) if isinstance(gtids, str) else None
-    now = _gtid_seq(str(current or ""))
-    if seq is not None and (now is None or now < seq):
-        return f"its GTID position {current or 'empty'} is behind {gtids}, which capture already read"
-    return None
+    return kind_of(kind).capture.went_back(committed, current)
 
 
 def current_position(source: SourceConfig) -> Any:
     """The database's log position now: an LSN as a number (Postgres), ``@@gtid_binlog_pos`` (MariaDB)."""
-    if source.kind == "postgres":
-        from cdcsync.db import connect_postgres
-
-        with connect_postgres(source, timeout_s=5, autocommit=True) as conn:
-            row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-            return row[0] if row else None
-    from cdcsync.db import connect_mariadb
-
-    conn = connect_mariadb(source, timeout_s=5, database=False)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            row = cur.fetchone()
-            return row[0] if row else None
-    finally:
-        conn.close()
+    return kind_of(source).capture.log_position(source)
 
 
 def check(client: ConnectClient, source: SourceConfig) -> str | None:

@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from cdcsync import kafka
 from cdcsync.config import Config, SourceConfig
 from cdcsync.errors import FatalError, RetryableError
+from cdcsync.sources import kind_of
 
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
 # Settings an existing topic is brought to (the rest of a spec applies at creation only).
@@ -61,7 +62,7 @@ def topic_specs(source: SourceConfig) -> list[TopicSpec]:
     specs.append(TopicSpec(source.topic(source.signal_table), 1, {"cleanup.policy": "delete", "retention.ms": DAY_MS}))
     # BEGIN/END markers of each transaction: a stream, not state.
     specs.append(TopicSpec(source.transaction_topic, 1, {"cleanup.policy": "delete"}))
-    if source.kind != "postgres":
+    if kind_of(source).capture.schema_history:
         specs.append(TopicSpec(source.schema_history_topic, 1, HISTORY))
     return specs
 
