@@ -22,17 +22,18 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-import pymysql  # type: ignore[import-untyped]
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdcsync import kafka
 from cdcsync.config import Config, SourceConfig
-from cdcsync.db import connect_mariadb
 from cdcsync.errors import FatalError, RetryableError
+from cdcsync.sources import kind_of
 
 
 class BinlogPositions:
-    """``events.BinlogSeq`` for the MariaDB/MySQL sources of a config: snapshot rows' positions to GTID sequences.
+    """``events.BinlogSeq`` for a config's sources: a snapshot row's log position to the sequence before it.
+
+    Each kind answers for its own (``Changes.position_seq``; MariaDB's GTIDs).
 
     One query per snapshot position (every row of a Debezium snapshot shares
     it), cached for the life of the process. Picklable: it holds only the
@@ -40,7 +41,7 @@ class BinlogPositions:
     """
 
     def __init__(self, sources: Iterable[SourceConfig]) -> None:
-        self.sources = {s.name: s for s in sources if s.kind != "postgres"}
+        self.sources = {s.name: s for s in sources}
         self._seqs: dict[tuple[str, str, int], int | None] = {}
 
     @classmethod
@@ -52,7 +53,8 @@ class BinlogPositions:
         if key not in self._seqs:
             if source not in self.sources:
                 raise FatalError(f"snapshot row of source {source!r}, which the config does not declare")
-            self._seqs[key] = seq_at(self.sources[source], binlog_file, binlog_pos)
+            found = self.sources[source]
+            self._seqs[key] = kind_of(found).changes.position_seq(found, binlog_file, binlog_pos)
         return self._seqs[key]
 
     def __getstate__(self) -> dict[str, Any]:
@@ -178,33 +180,3 @@ def _read_range(consumer: Consumer, topic: str, partition: int, start: int, end:
     else:
         raise RetryableError(f"reading {topic}[{partition}] offsets {start}..{end - 1} took over 60 s")
     return records
-
-
-def seq_at(source: SourceConfig, binlog_file: str, binlog_pos: int) -> int | None:
-    """The domain-0 GTID sequence of the last transaction before this binlog position; None if unknown."""
-    rows = query(source, "SELECT BINLOG_GTID_POS(%s, %s)", (binlog_file, binlog_pos))
-    position = rows[0][0] if rows else None
-    return None if position is None else domain0_seq(source.name, position)
-
-
-def query(source: SourceConfig, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    conn = connect_mariadb(source)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall())
-    except pymysql.MySQLError as err:
-        raise FatalError(f"source {source.name}: {sql.split()[0]} failed: {err}") from None
-    finally:
-        conn.close()
-
-
-def domain0_seq(source: str, position: str, strict: bool = True) -> int:
-    """The sequence number of GTID domain 0 in a position like ``0-1-42,1-5-7``."""
-    for gtid in position.split(","):
-        parts = gtid.strip().split("-")
-        if len(parts) == 3 and parts[0] == "0" and parts[2].isdigit():
-            return int(parts[2])
-    if strict and position:
-        raise FatalError(f"source {source}: GTID position {position!r} has no domain 0; cdcsync orders domain 0 only")
-    return 0

@@ -42,10 +42,12 @@ from cdcsync.errors import FatalError
 from cdcsync.events import PoisonRecord, Record, parse_record
 from cdcsync.snapshot import jdbc, parallel, table_copy
 from cdcsync.snapshot.bootstrap import record_start
-from cdcsync.snapshot.reads import PostgresRead, SourceRead, open_read, wait_passed
+from cdcsync.snapshot.reads import open_read, wait_passed
 from cdcsync.snapshot.replay import BATCH_ROWS, Summary, end_offsets, publish, read_window
 from cdcsync.snapshot.replay import consumer as kafka_consumer
-from cdcsync.snapshot.table_copy import Plan, ReadAhead, versions_of
+from cdcsync.snapshot.table_copy import Plan, ReadAhead
+from cdcsync.sources import for_connector, kind_of
+from cdcsync.sources.snapshot import SnapshotRead
 from cdcsync.sync import reindex_needed
 from cdcsync.sync.follower import Follower
 
@@ -130,7 +132,7 @@ def _bootstrap_source(
             if on_read_open:
                 on_read_open(source)
             for plan in plans:
-                plan.rows = read.count(jdbc.qualified(source, plan.table))
+                plan.rows = read.count(kind_of(source).qualified(plan.table))
             tick.total += sum(p.rows for p in plans)
             processes = stack.enter_context(_processes(config, follower, plans))
             # The first table's reads start now: the read's snapshot is fixed, and a Postgres read waits below
@@ -143,12 +145,12 @@ def _bootstrap_source(
             window, last, row_version = _align(read, source, plans, follower, consumer, connect, first)
             for plan in plans:
                 reads = first_reads if plan is plans[0] else table_reads(plan)
-                versioned = ((piece, versions_of(read, piece, row_version)) for piece in reads)
+                versioned = ((piece, read.versions_of(piece, row_version)) for piece in reads)
                 if processes and parallel.shares(follower, plan.rows):
                     table_copy.copy_in_processes(source.name, plan, versioned, processes, tick.next_batch, tick.add)
                 else:
                     table_copy.copy_here(source.name, plan, versioned, follower, tick.next_batch, tick.add)
-        if not isinstance(read, PostgresRead):
+        if not read.one_snapshot:  # aligned after its rows: each carries the position it was read at
             wait_passed(read, connect)
             last = end_offsets(consumer, [p.topic for p in plans])
             window = _read_window(consumer, first, last)
@@ -177,7 +179,7 @@ def _processes(config: Config, follower: Follower, plans: list[Plan]) -> Iterato
 
 
 def _align(
-    read: SourceRead,
+    read: SnapshotRead,
     source: SourceConfig,
     plans: list[Plan],
     follower: Follower,
@@ -185,27 +187,17 @@ def _align(
     connect: ConnectClient,
     first: dict[TopicPartition, tuple[int, int]],
 ) -> tuple[list[Record], dict[TopicPartition, tuple[int, int]], int]:
-    """A Postgres read's window of unreflected changes, its end E2 and the version of its rows (step 3).
+    """A read of one snapshot: its window of unreflected changes, its end E2 and the version of its rows (step 3).
 
-    A MariaDB read is aligned after its rows (each carries its own position): nothing here.
+    A read of several snapshots (MariaDB's) is aligned after its rows (each carries its own position): nothing here.
     """
-    if not isinstance(read, PostgresRead):
+    if not read.one_snapshot:
         return [], {}, 0
     wait_passed(read, connect)
     last = end_offsets(consumer, [p.topic for p in plans])
     window = _read_window(consumer, first, last, lookback=20)
     window, row_version = _split_reflected(read, window, follower)
-    log.info(
-        "source=%s snapshot=%s xmin=%d xmax=%d in_progress=%d wal_lsn=%d unreflected=%d row_version=%d",
-        source.name,
-        read.snapshot_id,
-        read.xmin,
-        read.xmax,
-        len(read.xip),
-        read.wal_lsn,
-        len(window),
-        row_version,
-    )
+    log.info("%s unreflected=%d row_version=%d", read.describe(), len(window), row_version)
     return window, last, row_version
 
 
@@ -221,7 +213,7 @@ def _plans(config: Config, cfg: FollowerConfig, follower: Follower) -> list[tupl
     return list(plans.values())
 
 
-def _split_reflected(read: PostgresRead, window: list[Record], follower: Follower) -> tuple[list[Record], int]:
+def _split_reflected(read: SnapshotRead, window: list[Record], follower: Follower) -> tuple[list[Record], int]:
     """Drop the window's changes the snapshot reflects; return the rest and the highest reflected version."""
     kept, highest = [], 0
     for record in window:
@@ -246,13 +238,15 @@ def _split_reflected(read: PostgresRead, window: list[Record], follower: Followe
 
 
 def _txid(record: Record) -> int | None:
+    """The transaction of a record's change, as its connector reports it (``Changes.transaction``)."""
     if record.value is None:
         return None
     try:
-        txid = orjson.loads(record.value).get("source", {}).get("txId")
+        block = orjson.loads(record.value).get("source", {})
+        kind = for_connector(block.get("connector"))
     except (orjson.JSONDecodeError, AttributeError):
         return None
-    return txid if isinstance(txid, int) else None
+    return kind.changes.transaction(block) if kind is not None else None
 
 
 def _read_window(

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from cdcsync.config import TableRef
 from cdcsync.events import Change, PoisonRecord, Record
 from cdcsync.snapshot import jdbc, parallel
-from cdcsync.snapshot.reads import MARIA_FILE, MARIA_POS, PostgresRead, SourceRead
 from cdcsync.snapshot.replay import BATCH_ROWS
+from cdcsync.sources.snapshot import POSITION, Versions
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.chunks import snapshot_record
 from cdcsync.sync.follower import Follower
@@ -64,17 +64,7 @@ class ReadAhead:
             yield table
 
 
-Versions = int | dict[tuple[str, int], int]  # a Postgres read's one row version, or a MariaDB read's per position
 Chunk = tuple[list[Row], list[tuple[Record, str]]]  # rows mapped for the sink, and rows that could not be
-
-
-def versions_of(read: SourceRead, piece: pa.Table, row_version: int) -> Versions:
-    """The versions of a piece's rows: a Postgres read's one, or one per binlog position a MariaDB chunk read at."""
-    if isinstance(read, PostgresRead):
-        return row_version
-    at = piece.select([MARIA_FILE, MARIA_POS]).group_by([MARIA_FILE, MARIA_POS]).aggregate([])
-    positions = zip(at.column(MARIA_FILE).to_pylist(), at.column(MARIA_POS).to_pylist(), strict=True)
-    return {(file, int(pos)): read.version(file, int(pos)) for file, pos in positions}
 
 
 def copy_here(
@@ -149,7 +139,7 @@ def _mapped(source: str, plan: Plan, piece: pa.Table, versions: Versions) -> Ite
         if isinstance(versions, int):
             version = versions
         else:
-            version = versions[(data.pop(MARIA_FILE), int(data.pop(MARIA_POS)))]
+            version = versions[(data.pop(POSITION[0]), int(data.pop(POSITION[1])))]
         key = {c: data[c] for c in keys}
         change = Change(source, mapping.table, "r", key, None, None, version, plan.topic, -1, -1)
         try:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cdcsync.errors import PoisonRecord
+from cdcsync.sources.base import SourceSettings
 
 MINOR_BITS = 16
 MINOR_MAX = (1 << MINOR_BITS) - 1
@@ -42,6 +43,15 @@ class Changes(ABC):
     @abstractmethod
     def snapshot_version(self, block: dict[str, Any], binlog_seq: BinlogSeq | None) -> int:
         """The whole version of a snapshot row (``op=r``): above every change it reflects, below the rest."""
+
+    @abstractmethod
+    def transaction(self, block: dict[str, Any]) -> int | None:
+        """The event's transaction as ``SnapshotRead.reflects`` takes it; None where the block names none."""
+
+    def position_seq(self, source: SourceSettings, log_file: str, position: int) -> int | None:
+        """For a snapshot row that names where in the log it was read (``BinlogSeq``): the sequence of the last
+        transaction before it; None where unknown. Only a kind whose snapshot rows name a position is asked."""
+        return None
 
     def asks_snapshot_position(self, block: dict[str, Any]) -> bool:
         """Whether ``major`` needs the snapshot's position before the event (``snapshot_lsn``)."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from cdcsync.sources.base import SourceSettings, TableName
+from cdcsync.sources.snapshot import SnapshotRead
 
 PAGE_ROWS = 5000  # rows a round trip of a streamed read
 
@@ -28,6 +29,22 @@ class Columns(NamedTuple):
 
 class Reads(ABC):
     """What cdcsync reads from a source, and how its SQL says it."""
+
+    jdbc_driver: ClassVar[str]  # the JDBC driver's class, for Spark's JDBC reads
+    # Mapping kinds read as text over JDBC beyond those every kind reads so (``snapshot.jdbc.TEXT_KINDS``).
+    jdbc_text_kinds: ClassVar[frozenset[str]]
+
+    @abstractmethod
+    def jdbc_url(self, source: SourceSettings) -> str:
+        """The source's database as a JDBC URL (credentials apart)."""
+
+    @abstractmethod
+    def hash_bucket(self, quoted_keys: list[str]) -> str:
+        """SQL: a non-negative integer hash of the key columns' values, to split a table without ranges."""
+
+    @abstractmethod
+    def snapshot(self, source: SourceSettings) -> SnapshotRead:
+        """A consistent read of the source, not yet opened (``bootstrap --from source``)."""
 
     @abstractmethod
     def columns(self, source: SourceSettings, table: TableName) -> Columns:

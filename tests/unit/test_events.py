@@ -23,7 +23,8 @@ import pytest
 
 from cdcsync import resolvers
 from cdcsync.events import Change, PoisonRecord, parse_record, version_of
-from cdcsync.snapshot import reads
+from cdcsync.sources.mariadb import binlog
+from cdcsync.sources.mariadb.snapshot import MariaDBRead
 from cdcsync.sync.chunks import last_per_key
 from cdcsync.sync.mapping import TableMapping, map_row
 
@@ -163,7 +164,7 @@ def test_mariadb_snapshot_rows_and_bootstrap_rows_read_at_one_position_get_one_v
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     answers = json.loads((FIXTURES / "mariadb-resnapshot.positions.json").read_text())
-    monkeypatch.setattr(resolvers, "query", lambda _source, _sql, params: [(answers.get(f"{params[0]}:{params[1]}"),)])
+    monkeypatch.setattr(binlog, "query", lambda _source, _sql, params: [(answers.get(f"{params[0]}:{params[1]}"),)])
     from cdcsync.config import SourceConfig
 
     src = SourceConfig.model_validate(
@@ -182,7 +183,7 @@ def test_mariadb_snapshot_rows_and_bootstrap_rows_read_at_one_position_get_one_v
     value = json.loads(rec["value"])
     value["source"]["name"] = "ma"
     envelope_version = version_of(value, resolvers.BinlogPositions([src]))
-    bootstrap_version = reads.MariaDBRead(src).version(value["source"]["file"], value["source"]["pos"])
+    bootstrap_version = MariaDBRead(src).version(value["source"]["file"], value["source"]["pos"])
     assert envelope_version == bootstrap_version == (442 << 16) | 0xFFFF
 
 

@@ -6,8 +6,9 @@ import pytest
 
 from cdcsync.config import SourceConfig
 from cdcsync.errors import FatalError
-from cdcsync.resolvers import domain0_seq
-from cdcsync.snapshot.reads import MariaDBRead, PostgresRead
+from cdcsync.sources.mariadb.binlog import domain0_seq
+from cdcsync.sources.mariadb.snapshot import MariaDBRead
+from cdcsync.sources.postgres.snapshot import PostgresRead
 
 PG = SourceConfig(name="pg", kind="postgres", port=5432, database="d", user="u", password="x", tables=["public.t"])
 MARIA = SourceConfig(name="ma", kind="mariadb", port=3306, database="d", user="u", password="x", tables=["d.t"])

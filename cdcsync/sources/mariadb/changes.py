@@ -6,7 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from cdcsync.errors import PoisonRecord
+from cdcsync.sources.base import SourceSettings
 from cdcsync.sources.changes import MINOR_BITS, MINOR_MAX, BinlogSeq, Changes, checked
+from cdcsync.sources.mariadb.binlog import seq_at
 
 
 class MariaDBChanges(Changes):
@@ -25,6 +27,15 @@ class MariaDBChanges(Changes):
         if parts[0] != "0":
             raise PoisonRecord(f"source.gtid {gtid!r} is in GTID domain {parts[0]}; cdcsync orders one domain (0)")
         return int(parts[2])
+
+    def transaction(self, block: dict[str, Any]) -> int | None:
+        try:
+            return self.major(block, None)
+        except PoisonRecord:
+            return None
+
+    def position_seq(self, source: SourceSettings, log_file: str, position: int) -> int | None:
+        return seq_at(source, log_file, position)
 
     def snapshot_version(self, block: dict[str, Any], binlog_seq: BinlogSeq | None) -> int:
         if isinstance(block.get("gtid"), str):

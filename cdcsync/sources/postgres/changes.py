@@ -45,6 +45,10 @@ class PostgresChanges(Changes):
         major = self.major(block, None)  # a snapshot row is never below itself: no lookup
         return checked(major << MINOR_BITS, major)
 
+    def transaction(self, block: dict[str, Any]) -> int | None:
+        txid = block.get("txId")
+        return txid if isinstance(txid, int) else None
+
     def asks_snapshot_position(self, block: dict[str, Any]) -> bool:
         """Only an event of a connector's first transaction (no ``lastCommitLsn``) asks."""
         sequence = block.get("sequence")

@@ -10,6 +10,7 @@ from psycopg.rows import dict_row
 from cdcsync.sources.base import SourceSettings, TableName
 from cdcsync.sources.postgres.connection import connect
 from cdcsync.sources.postgres.loaders import reading
+from cdcsync.sources.postgres.snapshot import PostgresRead
 from cdcsync.sources.reads import PAGE_ROWS, Columns, Reads
 
 TYPES = {
@@ -42,6 +43,21 @@ TYPES = {
 
 
 class PostgresReads(Reads):
+    jdbc_driver = "org.postgresql.Driver"
+    # A point is JDBC OTHER, which Spark cannot read: as text, "(x,y)" (sync.mapping reads it); a date as text
+    # too: a year past 9999 has no Python date, nor 'infinity' (sync.far_time).
+    jdbc_text_kinds = frozenset({"point", "pg_text", "geometric", "date", "bits"})
+
+    def jdbc_url(self, source: SourceSettings) -> str:
+        return f"jdbc:postgresql://{source.host}:{source.port}/{source.database}"
+
+    def hash_bucket(self, quoted_keys: list[str]) -> str:
+        joined = ", ".join(f"{k}::text" for k in quoted_keys)
+        return f"(hashtext(concat_ws('|', {joined})) & 2147483647)"
+
+    def snapshot(self, source: SourceSettings) -> PostgresRead:
+        return PostgresRead(source)
+
     def columns(self, source: SourceSettings, table: TableName) -> Columns:
         with connect(source) as conn:
             # A composite type's column is USER-DEFINED, as an enum's is: pg_type tells them apart.
