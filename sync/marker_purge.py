@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import cast
 
 from cdcsync import metrics
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, RetryableError
+from cdcsync.sync.sink import MarkerPurge as PurgesMarkers  # the role; MarkerPurge below is the pass
 from cdcsync.sync.sinks import build_sink, purges_markers
 
 log = logging.getLogger("cdcsync.purge")
@@ -62,12 +63,13 @@ class MarkerPurge:
 
     def purge(self, follower: FollowerConfig, now: float) -> dict[tuple[str, str], int]:
         removed: dict[tuple[str, str], int] = {}
-        sink: Any = build_sink(self.config, follower, None)
+        sink = build_sink(self.config, follower, None)
+        purger = cast(PurgesMarkers, sink)  # its class declares the role (purges_markers chose the followers)
         try:
             for source, table in self.config.followed_tables(follower):
                 target, horizon_s = follower.target_for(source.name, table), source.compaction_horizon_s
                 started = time.monotonic()
-                done = sink.purge_markers(target, horizon_s, now)
+                done = purger.purge_markers(target, horizon_s, now)
                 removed[follower.name, str(table)] = done.purged
                 metrics.MARKERS_PURGED.labels(follower.name, str(table)).inc(done.purged)
                 if done.purged or done.stamped or done.changed:

@@ -12,8 +12,9 @@ must uphold, on its own server and for every key:
   long as a replay can still bring an older write of the key (the source's
   compaction horizon; until the store is rebuilt, for a sink that cannot purge
   them): a replayed older write must not resurrect the row. Readers never see
-  markers. A sink class that can remove the older ones has
-  ``purge_markers(target, horizon_s)`` (``sync.marker_purge``).
+  markers. A sink class that can remove the older ones declares the
+  ``MarkerPurge`` role (``purge_markers(target, horizon_s)``,
+  ``sync.marker_purge``).
 - **Idempotent batches**: ``write`` may be called again with the same batch
   after a crash; the result on the store is the same.
 - **One bad row never stops the batch**: a row the server rejects for a
@@ -45,6 +46,15 @@ must uphold, on its own server and for every key:
   delta          a value that does not fit its column's type (checked before
                  the MERGE)
   =============  ==============================================================
+
+**Roles.** A sink plays each of three roles, each a small ``Protocol``:
+``Writer`` (applies batches under the apply rule: the follower's side),
+``Reader`` (the live rows as ``verify`` reads them) and ``Staging`` (a
+bootstrap's or reindex's generations: stage, fill, publish); ``Sink`` is all
+three. Roles only some stores can play (``MarkerPurge``, ``Digesting``) are
+extra. A sink class lists the roles it plays among its bases, so mypy checks
+that it implements them, and what it can do is read from that declaration
+(``declares``), never guessed from the members it happens to have.
 
 Members the follower calls, in order: ``open(mappings)`` once,
 ``write(batch_id, rows)`` per micro-batch, ``close()`` at shutdown; ``verify``
@@ -158,21 +168,16 @@ class Generations:
         return dict(self._staged)
 
 
-class Sink(Protocol):
+class Writer(Protocol):
+    """Applies batches of last-per-key rows under the apply rule: what a follower asks of its store."""
+
     name: str
     order_free: bool  # its apply rule does not depend on the order of writes (sync.sinks)
     needs_spark: bool
     chunk_rows: int | None
     writers: int
-    fill_writers: int
-    fill_order_free: bool
-    generations: Generations  # its staged targets, until publish; another process may take them over
 
     def open(self, mappings: Sequence[TableMapping]) -> None: ...
-
-    def take_over(self, staged: Mapping[str, str], mappings: Sequence[TableMapping]) -> None:
-        """Write to the staged generations another process of a fill made (``snapshot.parallel``)."""
-        ...
 
     def learn(self, mapping: TableMapping) -> None:
         """The table gained columns (``mapping`` is its new shape): take their types before rows bring them."""
@@ -196,6 +201,12 @@ class Sink(Protocol):
         """Show readers what was written to ``targets`` so far, now: called once per batch, after its writes."""
         ...
 
+    def close(self) -> None: ...
+
+
+class Reader(Protocol):
+    """The live rows of a target in their stored form, markers hidden: what ``verify`` and ``repair`` read."""
+
     def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """Every live row of ``target``, a page at a time: ``(id, version, doc in stored form)``."""
         ...
@@ -211,11 +222,50 @@ class Sink(Protocol):
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]: ...
 
+
+class Staging(Protocol):
+    """A new generation of each target, invisible to readers, filled, then published: a bootstrap or reindex."""
+
+    fill_writers: int
+    fill_order_free: bool
+    generations: Generations  # its staged targets, until publish; another process may take them over
+
     def stage(self, mappings: Sequence[TableMapping]) -> None: ...
+
+    def take_over(self, staged: Mapping[str, str], mappings: Sequence[TableMapping]) -> None:
+        """Write to the staged generations another process of a fill made (``snapshot.parallel``)."""
+        ...
 
     def publish(self) -> None: ...
 
-    def close(self) -> None: ...
+
+class Sink(Writer, Reader, Staging, Protocol):
+    """A derived store: every role a follower, ``verify`` and a bootstrap or reindex ask of it."""
+
+
+@dataclass
+class Purged:
+    """One purge pass over a target: markers removed, markers stamped with a time, and those changed meanwhile."""
+
+    purged: int = 0
+    stamped: int = 0
+    changed: int = 0  # written again since the pass found them (a newer version): left to that write
+
+    def __add__(self, other: Purged) -> Purged:
+        return Purged(self.purged + other.purged, self.stamped + other.stamped, self.changed + other.changed)
+
+
+class MarkerPurge(Protocol):
+    """Removes delete markers that no replay can need any more (``sync.marker_purge``)."""
+
+    def purge_markers(self, target: str, horizon_s: float, now: float | None = None) -> Purged:
+        """Remove the markers of ``target`` written more than ``horizon_s`` before ``now`` (default: the time)."""
+        ...
+
+
+def declares(sink_class: type, role: type) -> bool:
+    """Whether ``sink_class`` declares that it plays ``role`` (lists it among its bases)."""
+    return role in sink_class.__mro__
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:

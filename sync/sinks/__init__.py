@@ -5,10 +5,11 @@ asked for. Each class says what the rest of cdcsync needs to know of its kind:
 ``order_free`` (its apply rule does not depend on the order of writes, so the
 executors and several processes may write at once), ``needs_spark``,
 ``from_config`` (the sink a follower's config describes), ``probe`` (does
-its server answer, for ``cdcsync status``) and, if it can drop delete markers
-no replay needs any more, ``purge_markers`` (``sync.marker_purge``). Nothing
-outside this package asks which kind a follower is; adding a store is a module
-here and a line below.
+its server answer, for ``cdcsync status``), and the roles it plays among its
+bases (``sync.sink``): one that can drop delete markers no replay needs any
+more declares ``MarkerPurge`` (``sync.marker_purge``). Nothing outside this
+package asks which kind a follower is; adding a store is a module here, a
+line below and its follower's config class (``cdcsync.config_follower``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError
-from cdcsync.sync.sink import Sink
+from cdcsync.sync.sink import MarkerPurge, Sink, declares
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,8 +60,9 @@ def needs_spark(follower: FollowerConfig) -> bool:
 
 
 def purges_markers(follower: FollowerConfig) -> bool:
-    """Whether the follower's sink can remove delete markers past the compaction horizon (``purge_markers``)."""
-    return hasattr(sink_class(follower), "purge_markers")
+    """Whether the follower's sink can remove delete markers past the compaction horizon: it declares
+    ``MarkerPurge``."""
+    return declares(cast(type, sink_class(follower)), MarkerPurge)
 
 
 def probe(config: Config, follower: FollowerConfig, timeout_s: float) -> tuple[bool, str]:

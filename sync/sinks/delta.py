@@ -82,7 +82,7 @@ from cdcsync.config import Config, FollowerConfig
 from cdcsync.config_runtime import DeltaSettings
 from cdcsync.errors import FatalError, RetryableError, TableError, mapped
 from cdcsync.sync.mapping import Row
-from cdcsync.sync.sink import Generations, WriteResult
+from cdcsync.sync.sink import Digesting, Generations, Sink, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks import delta_load as load
 from cdcsync.sync.sinks import delta_merge as merge
@@ -113,7 +113,7 @@ CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "Co
 STAGING = "__staging"
 
 
-class DeltaSink:
+class DeltaSink(Sink, Digesting):
     """Applies batches to Delta tables under ``path`` (see the module docstring)."""
 
     order_free = False  # a MERGE's version guard is per table version: one writer, batches in order

@@ -84,7 +84,7 @@ from elasticsearch import ApiError, Elasticsearch
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, FatalError, RetryableError, TableError, mapped
 from cdcsync.sync.mapping import Row, TableMapping
-from cdcsync.sync.sink import Generations, WriteResult, redact_url
+from cdcsync.sync.sink import Generations, MarkerPurge, Purged, Sink, WriteResult, redact_url
 from cdcsync.sync.sinks import elasticsearch_bulk as bulk
 from cdcsync.sync.sinks import elasticsearch_reads as reads
 from cdcsync.sync.sinks import secret
@@ -98,7 +98,7 @@ from cdcsync.sync.sinks.elasticsearch_generations import (
     swap_aliases,
 )
 from cdcsync.sync.sinks.elasticsearch_index import Drift, IndexSpecs, bring_live, drift_recorder, report
-from cdcsync.sync.sinks.elasticsearch_markers import HIDE_MARKERS, Purged, purge
+from cdcsync.sync.sinks.elasticsearch_markers import HIDE_MARKERS, purge
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def client_options(follower: FollowerConfig) -> dict[str, Any]:
     }
 
 
-class ElasticsearchSink:
+class ElasticsearchSink(Sink, MarkerPurge):
     """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
 
     order_free = True  # the version rule decides, whatever order writes land in (sync.sinks)

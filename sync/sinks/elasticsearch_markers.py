@@ -42,12 +42,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.errors import RetryableError
+from cdcsync.sync.sink import Purged
 
 DELETED_FIELD = "cdcsync_deleted"
 DELETED_AT_FIELD = "cdcsync_deleted_at"
@@ -57,18 +57,6 @@ ANSWER = "items.*.status,items.*.error"
 MARKERS = {"term": {DELETED_FIELD: True}}
 HIDE_MARKERS = {"bool": {"must_not": {"term": {DELETED_FIELD: True}}}}  # every alias's filter: readers see no marker
 UNSTAMPED = {"bool": {"filter": [MARKERS], "must_not": [{"exists": {"field": DELETED_AT_FIELD}}]}}
-
-
-@dataclass
-class Purged:
-    """One purge pass over a target: markers removed, markers stamped with a time, and those changed meanwhile."""
-
-    purged: int = 0
-    stamped: int = 0
-    changed: int = 0  # written again since the pass found them (a newer version): left to that write
-
-    def __add__(self, other: Purged) -> Purged:
-        return Purged(self.purged + other.purged, self.stamped + other.stamped, self.changed + other.changed)
 
 
 def purge(client: Elasticsearch, indexes: Sequence[str], horizon_s: float, now: float) -> Purged:

@@ -94,7 +94,7 @@ from redis.exceptions import NoScriptError, RedisError
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import FatalError, RetryableError, mapped
 from cdcsync.sync.mapping import Row, TableMapping
-from cdcsync.sync.sink import Generations, WriteResult, redact_url
+from cdcsync.sync.sink import Generations, Sink, WriteResult, redact_url
 from cdcsync.sync.sinks import redis_apply as apply
 from cdcsync.sync.sinks import redis_reads as reads
 from cdcsync.sync.sinks import secret
@@ -110,7 +110,7 @@ def client_options(follower: FollowerConfig) -> dict[str, Any]:
     return {"username": follower.username, "password": secret(follower.password), "ssl_ca_certs": follower.tls_ca}
 
 
-class RedisSink:
+class RedisSink(Sink):
     """Applies rows to ``<prefix>:<target>:<doc_id>`` hashes; see the module docstring."""
 
     order_free = True  # the version rule decides, whatever order writes land in (sync.sinks)
