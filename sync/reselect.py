@@ -34,7 +34,7 @@ from decimal import Decimal
 from typing import Any
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
-from cdcsync.db import fetch
+from cdcsync.sources import kind_of
 from cdcsync.sync.catalog import source_rows
 from cdcsync.sync.keys import readable, rows_of
 from cdcsync.sync.mapping import Row, TableMapping, canonical_doc, doc_id, scalar_text
@@ -48,8 +48,8 @@ Reselect = Callable[[list[Row], Mapping[str, TableMapping]], list[Row]]
 
 
 def reselector(config: Config, follower: FollowerConfig) -> Reselect | None:
-    """The follower's reselect over its Postgres tables, or None when it follows none."""
-    tables = {s.topic(t): (s, t) for s, t in config.followed_tables(follower) if s.kind == "postgres"}
+    """The follower's reselect over its tables of kinds whose connector sends values wrong, or None (no such table)."""
+    tables = {s.topic(t): (s, t) for s, t in config.followed_tables(follower) if kind_of(s).reads.reselects}
     return Reselector(tables) if tables else None
 
 
@@ -115,13 +115,7 @@ class Reselector:
         known = frozenset() if cached is None else cached[1]
         if cached is None or time.monotonic() - cached[0] > BC_TTL_S:
             source, table = self.tables[topic]
-            found = fetch(
-                source,
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
-                " AND data_type = 'ARRAY' AND udt_name = '_numeric'",
-                (table.namespace, table.table),
-            )
-            known = frozenset(str(name) for (name,) in found)
+            known = kind_of(source).reads.reselected_arrays(source, table)
             self._arrays[topic] = (time.monotonic(), known)
         return known & set(arrays)
 
@@ -132,8 +126,11 @@ class Reselector:
         if cached is None or time.monotonic() - cached[0] > BC_TTL_S:
             source, table = self.tables[topic]
             dates = [c for c, kind in mapping.types.items() if kind == "date"]
-            where = " OR ".join('"' + c.replace('"', '""') + "\" < '0001-01-01'" for c in dates)
+            where = kind_of(source).reads.snapshot_dates_wrong(dates)
             listed: dict[str, dict[str, Any]] = {}
+            if where is None:
+                self._bc[topic] = (time.monotonic(), listed)
+                return False
             with closing(source_rows(source, table, where)) as found:
                 for row in found:
                     listed[doc_id(row, mapping)] = row

@@ -34,6 +34,17 @@ class Reads(ABC):
     # Mapping kinds read as text over JDBC beyond those every kind reads so (``snapshot.jdbc.TEXT_KINDS``).
     jdbc_text_kinds: ClassVar[frozenset[str]]
 
+    # Whether its connector sends some values wrong that a read by key gets right (``sync.reselect``).
+    reselects: ClassVar[bool] = False
+
+    def reselected_arrays(self, source: SourceSettings, table: TableName) -> frozenset[str]:
+        """Array columns the connector may send as null though they hold a value (``sync.reselect``)."""
+        return frozenset()
+
+    def snapshot_dates_wrong(self, dates: list[str]) -> str | None:
+        """SQL: a row whose date columns the connector's snapshot sends wrong; None: it sends every one right."""
+        return None
+
     @abstractmethod
     def jdbc_url(self, source: SourceSettings) -> str:
         """The source's database as a JDBC URL (credentials apart)."""

@@ -48,6 +48,22 @@ class PostgresReads(Reads):
     # too: a year past 9999 has no Python date, nor 'infinity' (sync.far_time).
     jdbc_text_kinds = frozenset({"point", "pg_text", "geometric", "date", "bits"})
 
+    # Debezium sends a numeric[] holding NaN or an infinity as null, and a date before year 1 read by its initial
+    # snapshot in the wrong era (docs/types.md, "Values read again from the source").
+    reselects = True
+
+    def reselected_arrays(self, source: SourceSettings, table: TableName) -> frozenset[str]:
+        with connect(source, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
+                " AND data_type = 'ARRAY' AND udt_name = '_numeric'",
+                (table.namespace, table.table),
+            ).fetchall()
+        return frozenset(str(name) for (name,) in found)
+
+    def snapshot_dates_wrong(self, dates: list[str]) -> str | None:
+        return " OR ".join('"' + c.replace('"', '""') + "\" < '0001-01-01'" for c in dates) or None
+
     def jdbc_url(self, source: SourceSettings) -> str:
         return f"jdbc:postgresql://{source.host}:{source.port}/{source.database}"
 
