@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from cdcsync.sources.base import SourceSettings, TableName
 from cdcsync.sources.checksums import Catalog, Checksums
 from cdcsync.sources.mariadb.connection import connect
@@ -10,7 +12,7 @@ from cdcsync.sources.mariadb.connection import connect
 class MariaDBChecksums(Checksums):
     # MariaDB: no TIMESTAMP (read in the session's time zone) and no BIGINT UNSIGNED (a decimal kind). A date
     # MariaDB cannot count from 1970 (the zero date) is written as its text, which no warehouse value matches.
-    FORMS: dict[tuple[str, str], str] = {
+    forms: ClassVar[dict[tuple[str, str], str]] = {
         **{(t, "int"): "CAST({c} AS CHAR)" for t in ("tinyint", "smallint", "mediumint", "int", "bigint", "year")},
         ("tinyint", "bool"): "CASE WHEN {c} <> 0 THEN 'true' WHEN {c} = 0 THEN 'false' END",  # a null stays null
         **{(t, "text"): "CONVERT({c} USING utf8mb4)" for t in ("char", "varchar", "tinytext", "text", "mediumtext")},

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from cdcsync.sources.base import SourceSettings, TableName
 from cdcsync.sources.checksums import Catalog, Checksums
 from cdcsync.sources.postgres.connection import connect
 
 
 class PostgresChecksums(Checksums):
-    FORMS: dict[tuple[str, str], str] = {
+    forms: ClassVar[dict[tuple[str, str], str]] = {
         **{(t, "int"): "{c}::text" for t in ("smallint", "integer", "bigint")},
         ("text", "text"): "{c}",
         ("character varying", "text"): "{c}::text",
