@@ -25,28 +25,14 @@ import re
 from collections.abc import Callable, Sequence
 
 from cdcsync.config import Config, SourceConfig, TableRef
-from cdcsync.db import UNREACHABLE, fetch
+from cdcsync.db import UNREACHABLE
 from cdcsync.errors import CdcsyncError
+from cdcsync.sources import kind_of
 
 log = logging.getLogger(__name__)
 
 CHECK_S = 30.0  # how often the daemon looks for tables created since
 SIGNAL_TABLE = re.compile(r"cdcsync_signal_.*")
-
-POSTGRES_TABLES = """
-SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
-  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%%'
-  AND EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
-  AND (pg_get_userbyid(c.relowner) = current_user OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))
-"""
-MARIADB_TABLES = """
-SELECT t.table_schema, t.table_name FROM information_schema.tables t
-WHERE t.table_type = 'BASE TABLE'
-  AND t.table_schema NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')
-  AND EXISTS (SELECT 1 FROM information_schema.table_constraints k WHERE k.table_schema = t.table_schema
-              AND k.table_name = t.table_name AND k.constraint_type = 'PRIMARY KEY')
-"""
 
 
 def matching(source: SourceConfig, catalog: Sequence[TableRef]) -> list[TableRef]:
@@ -65,9 +51,8 @@ def matching(source: SourceConfig, catalog: Sequence[TableRef]) -> list[TableRef
 
 def catalog(source: SourceConfig) -> list[TableRef]:
     """The tables of the source's database that capture could take."""
-    sql = POSTGRES_TABLES if source.kind == "postgres" else MARIADB_TABLES
     try:
-        rows = fetch(source, sql)
+        rows = kind_of(source).capture.capturable(source)
     except UNREACHABLE as err:
         where = f"source {source.name} ({source.kind} {source.host}:{source.port}/{source.database})"
         detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__

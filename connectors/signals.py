@@ -42,6 +42,7 @@ from cdcsync.config import Config, SourceConfig, TableRef
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.db import fetch
 from cdcsync.errors import ConfigError, RetryableError
+from cdcsync.sources import kind_of
 
 INCLUDE_LIST = "table.include.list"
 SIGNAL_DATA = 2048  # the data column of the signal table create_signal_table makes
@@ -60,9 +61,6 @@ def added_tables(source: SourceConfig, current: dict[str, str] | None) -> list[T
     return [t for t in source.tables if include_entry(t) not in captured]
 
 
-HISTORY_OF_CAPTURED_ONLY = "schema.history.internal.store.only.captured.tables.ddl"
-
-
 # A name Debezium's table id parser reads unquoted and a regex takes literally ('$' is an anchor: quoted).
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_]+")
 # Where Java's regex syntax is stricter than Python's: a lone brace (an "illegal repetition") or backslash.
@@ -70,28 +68,9 @@ REGEX_DIFFERENCES = re.compile(r"[{}\\]")
 
 
 def unknown_schemas(source: SourceConfig, current: dict[str, str], added: list[TableRef]) -> list[str]:
-    """Added MariaDB tables whose schema the running connector never recorded: it would fail on their first change.
-
-    A MariaDB connector knows a table's columns from its schema history, which
-    holds the DDL of every table of the captured databases, unless the
-    connector was created by an earlier cdcsync with ``store.only.captured.
-    tables.ddl=true`` (captured tables only), or the table is in a database it
-    did not capture. Those connectors must be created anew (a full snapshot).
-    """
-    if source.kind == "postgres" or not added:
-        return []
-    databases = set(filter(None, current.get("database.include.list", "").split(",")))
-    captured_only = current.get(HISTORY_OF_CAPTURED_ONLY, "false").lower() == "true"
-    lacking = [t for t in added if captured_only or re.escape(t.namespace) not in databases]
-    if not lacking:
-        return []
-    why = "keeps the DDL of its captured tables only" if captured_only else "does not capture their databases"
-    return [
-        f"source {source.name}: cannot add {', '.join(map(str, lacking))} to the running connector: its schema "
-        f"history {why}, so their first change would fail its task. Create the connector anew (a full snapshot; "
-        f"followers rank its rows by version, nothing is lost): DELETE /connectors/{source.name} on Kafka Connect, "
-        'then `cdcsync connectors apply` (docs/schema-changes.md, "A table added")'
-    ]
+    """Added tables the running connector could not take: it would fail on their first change (MariaDB: a table
+    its schema history never recorded). Such a connector must be created anew (a full snapshot)."""
+    return kind_of(source).capture.unknown_schemas(source, current, added)
 
 
 def signal_table_problem(source: SourceConfig) -> str | None:
@@ -257,19 +236,9 @@ def snapshot_added(
 
 
 def _quoted(source: SourceConfig, table: TableRef) -> str:
-    quote = '"' if source.kind == "postgres" else "`"
-    return f"{quote}{table.namespace}{quote}.{quote}{table.table}{quote}"
+    return kind_of(source).qualified(table)
 
 
 def _owned(source: SourceConfig) -> bool | None:
     """None when the signal table is missing; else whether the source's user may use it (Postgres: owns it)."""
-    table = source.signal_table
-    sql = (
-        "SELECT pg_get_userbyid(c.relowner) = current_user OR (SELECT rolsuper FROM pg_roles"
-        " WHERE rolname = current_user) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relname = %s"
-        if source.kind == "postgres"
-        else "SELECT TRUE FROM information_schema.tables WHERE table_schema = %s AND table_name = %s"
-    )
-    rows = fetch(source, sql, (table.namespace, table.table))
-    return bool(rows[0][0]) if rows else None
+    return kind_of(source).capture.signal_table_usable(source)

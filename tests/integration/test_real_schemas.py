@@ -761,14 +761,14 @@ def test_setting_the_identity_behind_a_long_transaction_gives_up_and_changes_not
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The ALTER's lock would queue behind a long transaction and block every query of the table meanwhile."""
-    from cdcsync.connectors import source_setup
     from cdcsync.errors import RetryableError
+    from cdcsync.sources.postgres import capture as postgres_capture
 
     u = uid()
     table = f"busy_{u}"
     execute("postgres", f"CREATE TABLE {table} (id int PRIMARY KEY, body text)")
     source = config_for(source_dict("postgres", f"busy{u}", [f"public.{table}"])).sources[0]
-    monkeypatch.setattr(source_setup, "LOCK_TIMEOUT_S", 1)
+    monkeypatch.setattr(postgres_capture, "LOCK_TIMEOUT_S", 1)
     reader = pg_connect(autocommit=False)
     try:
         reader.execute(f"SELECT count(*) FROM {table}")  # an open transaction holding ACCESS SHARE
