@@ -105,9 +105,7 @@ def source_pages(
     selected = f"SELECT {kind.reads.every_column(source, table)} FROM {kind.qualified(table)}"
     while True:
         where = "" if after is None else f" WHERE {left} > ({', '.join(['%s'] * len(key))})"
-        query = (
-            f"SELECT {selected} FROM {kind.qualified(table)}{where} ORDER BY {', '.join(names)} LIMIT {int(page_rows)}"
-        )
+        query = f"{selected}{where} ORDER BY {', '.join(names)} LIMIT {int(page_rows)}"
         rows = kind.reads.page(source, query, after)
         yield from rows
         if len(rows) < page_rows:
