@@ -13,7 +13,7 @@ has a process of its own) and its seconds are printed, with the ratios to
 the first size's in the same run: memory that stays put while the rows
 grow is what ``sync.verify`` promises; the time should grow with the rows.
 The warehouse is verified twice per table: as ``verify`` chooses (range
-checksums, ``sync.verify_ranges``) and ``--by-row``, the baseline of the
+checksums, ``sync.verify.ranges``) and ``--by-row``, the baseline of the
 same run (``--by-row-only``: only that).
 Not a pass/fail test.
 Usage: python -m bench.verify_memory [--rows 100000,1000000] [--sinks search,cache,warehouse] [--row-kb 0]

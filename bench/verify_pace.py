@@ -5,7 +5,7 @@ A Postgres table of ``--rows`` narrow rows is made and each store of
 store, the machine's CPU (``bench.cpu``: this process, which runs the pass,
 and every server it reads) is sampled over ``--idle`` seconds with nothing
 running, then over one background pass (``sync.verify.verify_follower``
-with ``pace``, as ``sync.watch_verify`` runs it) at ``--pace`` rows a
+with ``pace``, as ``sync.verify.background`` runs it) at ``--pace`` rows a
 second. Printed: the cores each part used during the pass, less the idle
 baseline of the same run, against the goal of 5 % of a core. Not a pass/fail
 test. Usage: python -m bench.verify_pace [--rows 60000] [--pace 800] [--sinks search,cache] [--json]
@@ -46,7 +46,7 @@ def main() -> None:
 
 def measure(rows: int, pace: float, sink_name: str, idle_s: float) -> dict[str, Any]:
     from cdcsync.sync.sinks import build_sink
-    from cdcsync.sync.verify import verify_follower
+    from cdcsync.sync.verify.compare import verify_follower
 
     with narrow_table(rows, sink_name) as (_path, config):
         follower = config.followers[0]

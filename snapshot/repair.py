@@ -41,7 +41,8 @@ from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.keys import key_filter, key_parts, readable
 from cdcsync.sync.mapping import Row, TableMapping
 from cdcsync.sync.sink import Sink
-from cdcsync.sync.verify import TableReport, look
+from cdcsync.sync.verify.compare import TableReport
+from cdcsync.sync.verify.sides import look
 
 SIGNALS_PER_TABLE = 20
 POLL_S = 2.0

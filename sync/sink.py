@@ -61,7 +61,7 @@ Members the follower calls, in order: ``open(mappings)`` once,
 calls ``scan(target)``, ``lookup(target, ids)`` and ``stored_form(doc)``. A sink
 that can digest its rows where they are stored is also ``Digesting``, and
 ``verify`` reads those digests instead of the rows, or compares sums of ranges
-of them first (``sync.verify_ranges``).
+of them first (``sync.verify.ranges``).
 
 **Generations** (bootstrap and reindex, ``snapshot/``): ``stage(mappings)``
 instead of ``open`` builds a new generation of each target that readers cannot
@@ -287,7 +287,7 @@ def redact_url(url: str) -> str:
 @runtime_checkable
 class Digesting(Protocol):
     """A sink that digests its rows where they are read (the warehouse: on Spark's executors), and sums them by
-    ranges of keys there (``sync.verify_ranges``)."""
+    ranges of keys there (``sync.verify.ranges``)."""
 
     def digests(
         self, target: str, digest: Callable[[dict[str, Any]], bytes], where: str | None = None

@@ -36,7 +36,7 @@ def repair(
     from cdcsync.snapshot.repair import plans, request, wait
     from cdcsync.sync.catalog import mappings_for
     from cdcsync.sync.sinks import build_sink, needs_spark
-    from cdcsync.sync.verify import TableReport, verify_follower
+    from cdcsync.sync.verify.compare import TableReport, verify_follower
 
     config = load(ctx)
     chosen = config.follower(follower)
@@ -81,7 +81,7 @@ def repair(
 
 
 def _counts(r: object) -> str:
-    from cdcsync.sync.verify import TableReport
+    from cdcsync.sync.verify.compare import TableReport
 
     assert isinstance(r, TableReport)
     return f"{r.table}: missing={r.missing_count} stale={r.stale_count} extra={r.extra_count}"

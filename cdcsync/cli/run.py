@@ -79,7 +79,7 @@ def run(
     from cdcsync.snapshot.reindex import finish_killed
     from cdcsync.spark import spark_session
     from cdcsync.sync.daemon import Daemon, Round, run_once
-    from cdcsync.sync.watch_verify import BackgroundVerify
+    from cdcsync.sync.verify.background import BackgroundVerify
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     for noisy in ("py4j", "elastic_transport"):  # a line per request is not the daemon's news

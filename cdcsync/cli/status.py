@@ -182,7 +182,8 @@ def read_daemon(url: str) -> dict[str, Any] | None:
 
 def follower_checks(config: Any, daemon: dict[str, Any] | None, url: str) -> list[Check]:
     from cdcsync.snapshot.reindex import killed_line
-    from cdcsync.sync import held, reindex_needed, watch_verify
+    from cdcsync.sync import held, reindex_needed
+    from cdcsync.sync.verify import background
 
     checks = []
     for cfg in config.followers:
@@ -193,11 +194,11 @@ def follower_checks(config: Any, daemon: dict[str, Any] | None, url: str) -> lis
             checks.append(Check("follower", cfg.name, False, "reindex needed", line))
         for line in held.lines(config, cfg.name):  # a table its sink failed for alone (sync.held)
             checks.append(Check("follower", cfg.name, False, "table held", line))
-        for table, result in sorted(watch_verify.last_results(config, cfg.name).items()):
-            if watch_verify.divergent(result):  # the daemon's last background pass of the table found them
+        for table, result in sorted(background.last_results(config, cfg.name).items()):
+            if background.divergent(result):  # the daemon's last background pass of the table found them
                 ago = max(0.0, time.time() - float(result["ended_at"]))
                 found = (
-                    f"{table}: {watch_verify.divergent(result)} rows differ from the source (missing="
+                    f"{table}: {background.divergent(result)} rows differ from the source (missing="
                     f"{result['missing_count']} stale={result['stale_count']} extra={result['extra_count']}) at the "
                     f"background pass that ended {ago / 60:.0f} min ago; "
                     f"run `cdcsync repair {cfg.name} --table {table}`"

@@ -37,7 +37,7 @@ def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_
     from cdcsync.snapshot.reindex import killed_line
     from cdcsync.sync import reindex_needed
     from cdcsync.sync.sinks import build_sink, needs_spark
-    from cdcsync.sync.verify import verify_follower
+    from cdcsync.sync.verify.compare import verify_follower
 
     config = load(ctx)
     selected = [config.follower(n) for n in followers] or list(config.followers)

@@ -1,4 +1,4 @@
-"""A kind's ``checksums`` role: its side of ``verify``'s range checksums (``cdcsync.sync.verify_ranges``).
+"""A kind's ``checksums`` role: its side of ``verify``'s range checksums (``cdcsync.sync.verify.ranges``).
 
 The SQL that writes a row's text and sums the hashes of a range's rows where
 the source stores them. Equal stored values must give the same bytes as

@@ -94,7 +94,7 @@ def digests(
 
 def sums(sink: DeltaSink, target: str, bucket: str, hashed: str, aggregates: Sequence[str]) -> list[tuple[Any, ...]]:
     """The live rows grouped by Spark SQL ``bucket`` (as ``b``, with ``hashed`` as ``h``): ``(b, *aggregates)``
-    each, computed by the JVM on the executors (``sync.verify_ranges``)."""
+    each, computed by the JVM on the executors (``sync.verify.ranges``)."""
     table = sink._table(target)
     grouped = sink.live(target).selectExpr(f"{bucket} AS b", f"{hashed} AS h").groupBy("b")
     summed = grouped.agg(*(F.expr(aggregate) for aggregate in aggregates))

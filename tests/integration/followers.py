@@ -28,7 +28,7 @@ from cdcsync.sync.batch_reader import batch_span
 from cdcsync.sync.build import build_follower
 from cdcsync.sync.sinks import build_sink
 from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
-from cdcsync.sync.verify import TableReport, verify_follower
+from cdcsync.sync.verify.compare import TableReport, verify_follower
 from tests.support import ENV, drop_capture, execute, in_background, read_topic, source_dict, uid, wait_streaming
 
 

@@ -23,7 +23,7 @@ from elasticsearch import Elasticsearch
 from cdcsync.config import Config
 from cdcsync.sync import held
 from cdcsync.sync.sinks import build_sink
-from cdcsync.sync.verify import verify_follower
+from cdcsync.sync.verify.compare import verify_follower
 from tests.integration.followers import Scenario, numbered_table, scenario
 from tests.support import ENV, end_offset, execute, uid
 

@@ -35,7 +35,7 @@ from cdcsync.sync.delta_upkeep import Upkeep
 from cdcsync.sync.sinks import build_sink, object_store
 from cdcsync.sync.sinks.delta import DeltaSink
 from cdcsync.sync.stream import checkpoint_dir
-from cdcsync.sync.verify import verify_follower
+from cdcsync.sync.verify.compare import verify_follower
 from tests.support import ENV, drop_capture, execute, read_topic, source_dict, uid, wait_streaming
 
 BUCKET = ENV["S3_BUCKET"]

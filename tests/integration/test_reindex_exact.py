@@ -38,7 +38,7 @@ from cdcsync.sync.build import build_follower
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.mapping import Row
 from cdcsync.sync.sinks import build_sink
-from cdcsync.sync.verify import TableReport, verify_follower
+from cdcsync.sync.verify.compare import TableReport, verify_follower
 from tests.integration.followers import Scenario, numbered_table, scenario
 from tests.support import ENV, execute, uid
 

@@ -18,11 +18,11 @@ import pytest
 
 from cdcsync.config import Config
 from cdcsync.events import Change
-from cdcsync.sync import verify_ranges as ranges
 from cdcsync.sync.catalog import mappings_for, source_rows
 from cdcsync.sync.mapping import Row, canonical_doc, doc_id
 from cdcsync.sync.sinks import build_sink
-from cdcsync.sync.verify import verify_follower
+from cdcsync.sync.verify import ranges
+from cdcsync.sync.verify.compare import verify_follower
 from tests.support import ENV, execute, uid
 
 ROWS = 3000

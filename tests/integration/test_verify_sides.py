@@ -16,11 +16,12 @@ import pytest
 
 from cdcsync.config import Config
 from cdcsync.events import Change
-from cdcsync.sync import verify, verify_recheck
 from cdcsync.sync.catalog import mappings_for, source_rows, table_bytes
 from cdcsync.sync.mapping import Row, canonical_doc, doc_id
 from cdcsync.sync.sinks import build_sink
-from cdcsync.sync.verify import verify_follower
+from cdcsync.sync.verify import compare as verify
+from cdcsync.sync.verify import recheck as verify_recheck
+from cdcsync.sync.verify.compare import verify_follower
 from tests.support import ENV, execute, uid
 
 ROWS = 3000

@@ -9,7 +9,7 @@ from cdcsync.connectors.signals import SIGNAL_DATA, signal_data
 from cdcsync.snapshot import repair
 from cdcsync.snapshot.repair import Plan, _signal_filters
 from cdcsync.sync.mapping import TableMapping
-from cdcsync.sync.verify import TableReport
+from cdcsync.sync.verify.compare import TableReport
 
 PG = SourceConfig(name="pg", kind="postgres", port=5432, database="d", user="u", password="x", tables=["public.t"])
 MAPPING = TableMapping("public.t", "t", key_columns=("id",), types={"id": "int"})

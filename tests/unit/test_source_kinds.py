@@ -18,7 +18,7 @@ from cdcsync.config import SourceConfig
 from cdcsync.events import parse_record
 from cdcsync.sources import CONNECTORS, KINDS, for_connector, kind_of
 from cdcsync.sources.kind import SourceKind
-from cdcsync.sync.verify_ranges import SPARK_FORMS
+from cdcsync.sync.verify.ranges import SPARK_FORMS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TEMPLATES = Path(__file__).resolve().parents[2] / "connectors" / "templates"

@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cdcsync.sync import verify, verify_spill
-from cdcsync.sync.verify import TableReport, compare
+from cdcsync.sync.verify import compare as verify
+from cdcsync.sync.verify import spill as verify_spill
+from cdcsync.sync.verify.compare import TableReport, compare
 
 
 def test_missing_extra_and_stale_ids_are_found_and_counted() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cdcsync.sources import KINDS
-from cdcsync.sync import verify_ranges as ranges
+from cdcsync.sync.verify import ranges
 
 
 def _plan(low: int = 10, width: int = 5, buckets: int = 4) -> ranges.Plan:

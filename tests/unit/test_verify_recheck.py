@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 from cdcsync.sync.keys import key_filter, key_parts, readable
 from cdcsync.sync.mapping import TableMapping, doc_id
-from cdcsync.sync.verify import TableReport, recheck
+from cdcsync.sync.verify.compare import TableReport, recheck
 
 COMPOSITE = TableMapping("public.t", "t", key_columns=("region", "id"), types={"id": "int"})
 
@@ -93,7 +93,7 @@ def test_a_table_the_follower_does_not_follow_is_refused_naming_those_it_does() 
 
     from cdcsync.config import Config
     from cdcsync.errors import ConfigError
-    from cdcsync.sync.verify import verify_follower
+    from cdcsync.sync.verify.compare import verify_follower
 
     config = Config.model_validate(
         {
@@ -118,9 +118,9 @@ def test_a_table_the_follower_does_not_follow_is_refused_naming_those_it_does() 
 def test_every_differing_row_is_looked_at_again_not_only_those_listed(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A pass under writes finds most rows moved: each is looked at, ``LISTED`` at a time, and the report ends
     with the rows that still differ only, counted exactly."""
-    import cdcsync.sync.verify as verify
-    import cdcsync.sync.verify_recheck as verify_recheck
-    from cdcsync.sync.verify_spill import Spill
+    import cdcsync.sync.verify.compare as verify
+    import cdcsync.sync.verify.recheck as verify_recheck
+    from cdcsync.sync.verify.spill import Spill
 
     for module in (verify, verify_recheck):  # what a report lists, and how many ids a look is asked about
         monkeypatch.setattr(module, "LISTED", 4)
@@ -147,9 +147,9 @@ def test_every_differing_row_is_looked_at_again_not_only_those_listed(tmp_path, 
 def test_a_large_divergence_that_does_not_settle_is_looked_at_twice_not_at_every_pause(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A store emptied: every row is missing at each look. After a second wave that settled none, the looks end;
     each wave looks at every id, ``LISTED`` at a time."""
-    import cdcsync.sync.verify as verify
-    import cdcsync.sync.verify_recheck as verify_recheck
-    from cdcsync.sync.verify_spill import Spill
+    import cdcsync.sync.verify.compare as verify
+    import cdcsync.sync.verify.recheck as verify_recheck
+    from cdcsync.sync.verify.spill import Spill
 
     for module in (verify, verify_recheck):  # what a report lists, and how many ids a look is asked about
         monkeypatch.setattr(module, "LISTED", 4)

@@ -22,7 +22,7 @@ import pytest
 from cdcsync.errors import TableError
 from cdcsync.events import Change
 from cdcsync.sync.mapping import Row, TableMapping, fingerprint
-from cdcsync.sync.verify import digest
+from cdcsync.sync.verify.sides import digest
 
 TYPES = {
     "price": "decimal",

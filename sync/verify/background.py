@@ -19,7 +19,7 @@ daemon runs it itself, a table at a time, on a thread of its own (a daemon
   the rows again); the next pass shows whether it worked.
 
 Rows in flight are not divergence: each pass re-checks what differs
-(``sync.verify_recheck``).
+(``sync.verify.recheck``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from cdcsync import metrics
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.state import base_dir, write_private
 from cdcsync.sync.sinks import build_sink
-from cdcsync.sync.verify import TableReport, verify_follower
+from cdcsync.sync.verify.compare import TableReport, verify_follower
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

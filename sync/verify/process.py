@@ -77,7 +77,7 @@ def _run(
 ) -> None:
     from cdcsync.sync.sink import batched
     from cdcsync.sync.sinks import build_sink
-    from cdcsync.sync.verify import source_pairs
+    from cdcsync.sync.verify.sides import source_pairs
 
     try:
         follower = next(f for f in config.followers if f.name == follower_name)

@@ -11,8 +11,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 from cdcsync.sync.sink import batched
-from cdcsync.sync.verify_report import KIND_BYTE, KINDS, LISTED, TableReport
-from cdcsync.sync.verify_spill import PARTS, Spill
+from cdcsync.sync.verify.report import KIND_BYTE, KINDS, LISTED, TableReport
+from cdcsync.sync.verify.spill import PARTS, Spill
 
 PAUSES_S = (0.0, 1.0, 2.0, 4.0, 8.0)  # before each re-check of the differing rows (``recheck``)
 SETTLED = 0.01  # a re-check wave of many ids that settles fewer than this share of them is the last

@@ -29,7 +29,7 @@ Every differing id is looked at, ``LISTED`` at a time, from a file of them.
 
 A warehouse table of covered types is compared by ranges of keys first,
 each side summing its rows' hashes where it is stored; only the ranges that
-differ go through the above (``ranged_pairs``, ``sync.verify_ranges``).
+differ go through the above (``ranged_pairs``, ``sync.verify.ranges``).
 
 Alternatives: a key-ordered merge of two sorted reads needs both sides
 sorted alike, which Elasticsearch (no sort on ``_id``) and Redis (SCAN
@@ -39,7 +39,6 @@ range, which only the warehouse can.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import threading
 import time
@@ -50,18 +49,19 @@ from typing import Any, TypeVar
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.errors import ConfigError
-from cdcsync.sync import verify_ranges as ranges
-from cdcsync.sync.catalog import mappings_for, source_pages, source_rows, table_bytes
+from cdcsync.sync.catalog import mappings_for, table_bytes
 from cdcsync.sync.keys import readable, rows_of
-from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint_bytes
+from cdcsync.sync.mapping import TableMapping, canonical_doc
 from cdcsync.sync.sink import Digesting, Sink, batched
 from cdcsync.sync.sinks import sink_class
-from cdcsync.sync.verify_process import PROCESS_BYTES, pairs_from_process
-from cdcsync.sync.verify_recheck import PAUSES_S as PAUSES_S  # verify's parts, re-exported
-from cdcsync.sync.verify_recheck import recheck as recheck
-from cdcsync.sync.verify_report import EXAMPLES, KIND_BYTE, KINDS, LISTED
-from cdcsync.sync.verify_report import TableReport as TableReport
-from cdcsync.sync.verify_spill import Spill, compare_parts
+from cdcsync.sync.verify import ranges
+from cdcsync.sync.verify.process import PROCESS_BYTES, pairs_from_process
+from cdcsync.sync.verify.recheck import PAUSES_S as PAUSES_S  # verify's parts, re-exported
+from cdcsync.sync.verify.recheck import recheck as recheck
+from cdcsync.sync.verify.report import EXAMPLES, KIND_BYTE, KINDS, LISTED
+from cdcsync.sync.verify.report import TableReport as TableReport
+from cdcsync.sync.verify.sides import counted, digest, look, source_pairs, store_pairs
+from cdcsync.sync.verify.spill import Spill, compare_parts
 
 T = TypeVar("T")
 PROGRESS_S = 10.0
@@ -178,7 +178,7 @@ def ranged_pairs(
     report: TableReport,
     progress: Callable[[str], None] | None,
 ) -> tuple[Iterator[tuple[str, bytes]], Iterator[tuple[str, bytes]]] | None:
-    """Both sides' pairs of the rows in the ranges whose sums differ (``sync.verify_ranges``), ``report`` given
+    """Both sides' pairs of the rows in the ranges whose sums differ (``sync.verify.ranges``), ``report`` given
     the rows of the others; None: the table takes the row path (it has no plan, or the ranges that differ hold
     much of it: ``verify_ranges.mostly``)."""
     plan = ranges.plan(source, table, mapping, sink.kinds(mapping.target))
@@ -216,81 +216,6 @@ def ranged_pairs(
     expected = source_pairs(source, table, mapping, sink, None, progress, what, plan.source_where(differ))
     stored = sink.digests(mapping.target, digest, plan.store_where(differ))
     return expected, counted(stored, progress, f"{report.table}: {report.follower}, {len(differ):,} ranges")
-
-
-def source_pairs(
-    source: SourceConfig,
-    table: TableRef,
-    mapping: TableMapping,
-    sink: Sink,
-    pace: float | None,
-    progress: Callable[[str], None] | None,
-    what: str,
-    where: str | None = None,
-) -> Iterator[tuple[str, bytes]]:
-    """The source side: each row of the table (those matching SQL ``where``) as its id and the digest of its
-    stored form (``pace``: in pages)."""
-    rows = source_rows(source, table, where)
-    if pace is not None and mapping.key_columns:
-        rows = source_pages(source, table, mapping.key_columns)
-    rows = counted(paced(rows, pace), progress, what)
-    return ((doc_id(row, mapping), digest(sink.stored_form(canonical_doc(row, mapping)))) for row in rows)
-
-
-def store_pairs(sink: Sink, target: str, pace: float | None) -> Iterator[tuple[str, bytes]]:
-    """The store side: each live row as its id and the digest of its stored form (``pace``: rows a second at most).
-
-    A store that can digest its rows where they are (the warehouse, on Spark's executors: ``digests``) does,
-    unless the pass is paced: a paced pass reads a row at a time, so that it never takes the executors
-    from the followers for a partition's worth of work at once.
-    """
-    if pace is None and isinstance(sink, Digesting):
-        return sink.digests(target, digest)
-    return ((ident, digest(doc)) for ident, _version, doc in paced(sink.scan(target), pace))
-
-
-def counted(items: Iterable[T], progress: Callable[[str], None] | None, what: str) -> Iterator[T]:
-    """``items``, with a line to ``progress`` about every ``PROGRESS_S`` seconds: how many so far, how fast."""
-    if progress is None:
-        yield from items
-        return
-    start = shown = time.monotonic()
-    count = 0
-    for count, item in enumerate(items, 1):
-        yield item
-        if count % 10_000 == 0 and time.monotonic() - shown >= PROGRESS_S:
-            shown = time.monotonic()
-            progress(f"{what}: {count:,} rows read ({count / (shown - start):,.0f} rows/s)")
-    progress(f"{what}: {count:,} rows read in {time.monotonic() - start:.1f} s")
-
-
-def paced(items: Iterable[T], per_s: float | None, every: int = 500) -> Iterator[T]:
-    """``items``, at most ``per_s`` of them a second (None: as fast as they come), checked each ``every``."""
-    if per_s is None:
-        yield from items
-        return
-    start = time.monotonic()
-    for count, item in enumerate(items, 1):
-        yield item
-        if count % every == 0:
-            ahead = count / per_s - (time.monotonic() - start)
-            if ahead > 0:
-                time.sleep(ahead)
-
-
-def look(
-    source: SourceConfig, table: TableRef, mapping: TableMapping, sink: Sink, ids: Collection[str]
-) -> dict[str, tuple[bytes | None, bytes | None]]:
-    """Each id's digest in the source and in the store now (None: not there), the store read after the source;
-    empty when the table's key cannot be read back from its ids (``sync.keys.readable``)."""
-    if not readable(mapping):
-        return {}
-    there = {
-        ident: digest(sink.stored_form(canonical_doc(row, mapping)))
-        for ident, row in rows_of(source, table, mapping, ids)
-    }
-    held = {ident: digest(doc) for ident, _version, doc in sink.lookup(mapping.target, ids)}
-    return {ident: (there.get(ident), held.get(ident)) for ident in ids}
 
 
 def compare(
@@ -361,16 +286,3 @@ def _fill(
         close = getattr(rows, "close", None)  # a generator's reader (a process, a cursor) ends now, not at collection
         if close is not None:
             close()
-
-
-def digest(doc: dict[str, Any]) -> bytes:
-    return hashlib.blake2b(fingerprint_bytes(_present(doc)), digest_size=16).digest()
-
-
-def _present(doc: dict[str, Any]) -> dict[str, Any]:
-    """A null field and an absent one are the same value: a row written before ADD COLUMN lacks the field.
-
-    Redis and Delta store no nulls anyway; Elasticsearch keeps an explicit
-    null in ``_source``, which every query treats as absent.
-    """
-    return {name: value for name, value in doc.items() if value is not None}
