@@ -12,7 +12,6 @@ import sys
 from typing import TYPE_CHECKING
 
 from cdcsync.driver import connector_jars, driver_java_options, session_jars, uses_s3a
-from cdcsync.sync import deadline
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,6 +19,9 @@ if TYPE_CHECKING:
     from cdcsync.config import Config
 
 
+# A query told to stop gives up waiting for its tasks after this (spark.sql.streaming.stopTimeout): a batch the
+# daemon cancels (sync/deadline.py) must stop within it, or its process starts again.
+STOP_TIMEOUT_S = 30.0
 FETCHED_DATA_IDLE = "20s"  # how long Spark may keep a Kafka task's polled records for the next task (spark_session)
 LOCAL_FILE_CONTEXT = "org.apache.hadoop.fs.local.RawLocalFs"  # local checkpoint files without .crc companions
 CODEGEN_CACHE_ENTRIES = "2000"  # compiled generated classes kept per JVM (Spark's default: 100)
@@ -108,7 +110,7 @@ def spark_session(
         .config("spark.driver.maxResultSize", result_bound(spark.driver_memory))
         # A query told to stop (sync/deadline.py cancels a stalled batch) gives up waiting after this, rather than
         # waiting forever on a batch thread the JVM cannot free.
-        .config("spark.sql.streaming.stopTimeout", f"{deadline.CANCEL_GRACE_S:.0f}s")
+        .config("spark.sql.streaming.stopTimeout", f"{STOP_TIMEOUT_S:.0f}s")
         .config("spark.sql.shuffle.partitions", "4")
         # Adaptive execution runs each shuffle stage of a plan as a job of its own, to re-plan between them. A
         # warehouse MERGE of a few thousand rows ran 19 jobs with it and 14 without, and took ~10% less time in

@@ -33,12 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcsync import metrics
+from cdcsync.spark import STOP_TIMEOUT_S
 
 BASE_S = 120.0  # a batch's fixed costs at their worst: a cold JVM's first MERGE, a sink's retries backing off
 MIN_BYTES_PER_S = 1024 * 1024  # the slowest a batch may move its bytes and still be making progress
 SLOW_S = 60.0  # no progress for this long: named in /healthz as behind and not applying, before its deadline
-# A cancelled batch's query must stop within this (spark.sql.streaming.stopTimeout), or its process starts again.
-CANCEL_GRACE_S = 30.0
+# A cancelled batch's query must stop within this (the session's spark.sql.streaming.stopTimeout), or its process
+# starts again.
+CANCEL_GRACE_S = STOP_TIMEOUT_S
 
 
 def deadline_s(configured: float | None, batch_bytes: int) -> float:
