@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig
+from cdcsync.sources import kind_of
 from cdcsync.sync.lag import FollowerLag, LogRead, LogReader
 
 STALL_MIN_S = 60.0  # never call capture stalled sooner than this, whatever the heartbeat interval
@@ -126,14 +127,14 @@ def source_lag(source: SourceConfig, read: LogRead, problems: list[str]) -> Sour
     heartbeat = heartbeat_time(beats[-1][1], beats[-1][2]) if beats else None
     changes = [c for (topic, _), c in read.newest.items() if c and topic.startswith(f"{source.name}.")]
     change = max(changes, default=None)
-    retained = None
-    if source.kind == "postgres":
+    retained, slot = None, kind_of(source).capture.slot(source)
+    if slot is not None:
         try:
             retained = slot_retained_wal(source)
             if retained is None:
-                problems.append(f"source {source.name}: replication slot {source.slot} does not exist")
+                problems.append(f"source {source.name}: replication slot {slot} does not exist")
         except Exception as err:  # the source down is a finding, not a crash of the report
-            problems.append(f"source {source.name}: slot {source.slot} unreadable: {err}".strip())
+            problems.append(f"source {source.name}: slot {slot} unreadable: {err}".strip())
     return SourceLag(
         source.name,
         source.kind,
@@ -142,22 +143,14 @@ def source_lag(source: SourceConfig, read: LogRead, problems: list[str]) -> Sour
         heartbeat,
         change[0] if change else None,
         change[1] if change else None,
-        source.slot if source.kind == "postgres" else None,
+        slot,
         retained,
     )
 
 
 def slot_retained_wal(source: SourceConfig) -> int | None:
     """Bytes of WAL the source's replication slot keeps from being recycled; None when there is no slot."""
-    from cdcsync.db import connect_postgres
-
-    with connect_postgres(source, timeout_s=5, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots"
-            " WHERE slot_name = %s",
-            (source.slot,),
-        ).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+    return kind_of(source).capture.retained_wal(source)
 
 
 class LagReader:

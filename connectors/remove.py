@@ -38,8 +38,7 @@ from cdcsync.connectors.owned import Orphan, held
 from cdcsync.connectors.render import secrets_file
 from cdcsync.connectors.topics import admin, delete_topics, existing_topics, topic_specs
 from cdcsync.errors import ConfigError, FatalError
-
-SLOT_WAIT_S = 60.0  # for the old task's connection to let go of the slot
+from cdcsync.sources import kind_of
 
 
 @dataclass
@@ -158,7 +157,7 @@ def _remove(config: Config, source: SourceConfig, topics: bool, client: ConnectC
         _gone(client, name)
         removed.done.append(f"connector {name}: deleted")
     try:
-        removed.done += _postgres(source) if source.kind == "postgres" else _mariadb(source)
+        removed.done += kind_of(source).capture.remove(source)
     except FatalError:
         raise
     except Exception as err:  # the database went away between the check and the steps
@@ -185,15 +184,9 @@ def _present_topics(config: Config, source: SourceConfig) -> list[str]:
 
 def _unreachable(source: SourceConfig) -> str | None:
     """Why the source's database does not answer its user, or None when it does."""
-    from cdcsync.db import connect_mariadb, connect_postgres
-
     try:
-        if source.kind == "postgres":
-            with connect_postgres(source, autocommit=True):
-                pass
-        else:
-            connect_mariadb(source).close()
-    except Exception as err:  # psycopg's and pymysql's errors share no base: any failure to connect is the answer
+        kind_of(source).connect(source).close()
+    except Exception as err:  # the drivers' errors share no base: any failure to connect is the answer
         return _first_line(err)
     return None
 
@@ -204,13 +197,7 @@ def _first_line(err: Exception) -> str:
 
 
 def _drop_sql(source: SourceConfig) -> str:
-    table = source.signal_table
-    if source.kind == "postgres":
-        return (
-            f"SELECT pg_drop_replication_slot('{source.slot}'); DROP PUBLICATION IF EXISTS {source.publication}; "
-            f'DROP TABLE IF EXISTS "{table.namespace}"."{table.table}"'
-        )
-    return f"DROP TABLE IF EXISTS `{table.namespace}`.`{table.table}`"
+    return kind_of(source).capture.drop_sql(source)
 
 
 def _gone(client: ConnectClient, name: str, timeout_s: float = 30.0) -> None:
@@ -219,64 +206,3 @@ def _gone(client: ConnectClient, name: str, timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise FatalError(f"connector {name}: still listed by Kafka Connect {timeout_s:.0f}s after its deletion")
         time.sleep(0.5)
-
-
-def _postgres(source: SourceConfig) -> list[str]:
-    from psycopg import sql
-
-    from cdcsync.db import connect_postgres
-
-    done = []
-    with connect_postgres(source, autocommit=True) as pg:
-        deadline = time.monotonic() + SLOT_WAIT_S
-        while True:
-            row = pg.execute(
-                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (source.slot,)
-            ).fetchone()
-            if row is None:
-                done.append(f"replication slot {source.slot}: none")
-                break
-            if row[0] is None:
-                pg.execute("SELECT pg_drop_replication_slot(%s)", (source.slot,))
-                done.append(f"replication slot {source.slot}: dropped")
-                break
-            if time.monotonic() > deadline:
-                raise FatalError(
-                    f"replication slot {source.slot}: still used by PID {row[0]} {SLOT_WAIT_S:.0f}s after the "
-                    f"connector was deleted; stop that backend (SELECT pg_terminate_backend({row[0]})) and run this "
-                    "again"
-                )
-            time.sleep(1)
-        exists = pg.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (source.publication,)).fetchone()
-        if exists:
-            pg.execute(sql.SQL("DROP PUBLICATION {}").format(sql.Identifier(source.publication or "")))
-        done.append(f"publication {source.publication}: {'dropped' if exists else 'none'}")
-        table = source.signal_table
-        found = pg.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-            (table.namespace, table.table),
-        ).fetchone()
-        if found:
-            pg.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table.namespace, table.table)))
-        done.append(f"signal table {table}: {'dropped' if found else 'none'}")
-    return done
-
-
-def _mariadb(source: SourceConfig) -> list[str]:
-    from cdcsync.db import connect_mariadb
-
-    table = source.signal_table
-    quoted = ".".join("`" + part.replace("`", "``") + "`" for part in (table.namespace, table.table))
-    connection = connect_mariadb(source)
-    try:
-        with connection.cursor() as cursor:
-            found = cursor.execute(
-                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-                (table.namespace, table.table),
-            )
-            if found:
-                cursor.execute(f"DROP TABLE {quoted}")
-        connection.commit()
-    finally:
-        connection.close()
-    return [f"signal table {table}: {'dropped' if found else 'none'}"]

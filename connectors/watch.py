@@ -55,7 +55,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import psycopg
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdcsync import kafka, metrics
@@ -65,6 +64,7 @@ from cdcsync.connectors.client import ConnectClient
 from cdcsync.connectors.lag import stall_after_s
 from cdcsync.db import UNREACHABLE
 from cdcsync.errors import CdcsyncError, RetryableError
+from cdcsync.sources import kind_of
 
 log = logging.getLogger("cdcsync.capture")
 
@@ -305,12 +305,13 @@ class CaptureWatch:
         closes the window to the next check. What it may not fix is a problem in ``/healthz``.
         """
         source = state.source
-        if source.kind != "postgres":
-            return
+        driver = kind_of(source).capture.driver_errors  # the database down, or a query of it refused
+        setup_errors: tuple[type[BaseException], ...] = (*driver, OSError, RetryableError)
+        partition_errors: tuple[type[BaseException], ...] = (*driver, OSError, CdcsyncError)
         try:
             setup = source_setup.plan(source)
             changed = source_setup.carry_out(source, setup)
-        except (psycopg.Error, OSError, RetryableError) as err:  # down, restarting, or a lock it may not wait for
+        except setup_errors as err:  # down, restarting, or a lock it may not wait for
             log.info("source=%s setup_check=postponed error=%s", source.name, str(err).splitlines()[0])
             return
         for line in changed:
@@ -319,7 +320,7 @@ class CaptureWatch:
         state.setup_problem = "; ".join(setup.problems)
         try:
             snapshotted, detached = partitions.follow(self.config, source)
-        except (psycopg.Error, OSError, CdcsyncError) as err:  # sent again next check: the record waits for it
+        except partition_errors as err:  # sent again next check: the record waits for it
             log.info("source=%s partition_check=postponed error=%s", source.name, str(err).splitlines()[0])
             return
         for line in snapshotted:
@@ -346,7 +347,7 @@ class CaptureWatch:
         return end_slot_backend(source)
 
     def _unstick(self, source: SourceConfig) -> None:
-        if source.kind == "postgres":
+        if kind_of(source).capture.slot(source) is not None:
             ended = self._end_slot_backend(source)
             if ended is not None:
                 log.warning("source=%s capture=slot_freed slot=%s ended_pid=%d", source.name, source.slot, ended)
@@ -364,23 +365,9 @@ class CaptureWatch:
 
 def probe(source: SourceConfig) -> None:
     """Connect to the source's database and close again; raises one of ``UNREACHABLE`` if it does not answer."""
-    from cdcsync.db import connect_mariadb, connect_postgres
-
-    if source.kind == "postgres":
-        connect_postgres(source, timeout_s=3).close()
-    else:
-        connect_mariadb(source, timeout_s=3, database=False).close()
+    kind_of(source).capture.probe(source)
 
 
 def end_slot_backend(source: SourceConfig) -> int | None:
     """End the backend holding the source's replication slot, if one does; its pid."""
-    from cdcsync.db import connect_postgres
-
-    with connect_postgres(source, timeout_s=5, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active", (source.slot,)
-        ).fetchone()
-        if row is None or row[0] is None:
-            return None
-        conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
-        return int(row[0])
+    return kind_of(source).capture.end_slot_backend(source)

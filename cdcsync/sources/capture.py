@@ -47,7 +47,7 @@ class Capture(ABC):
     connector_class: ClassVar[str]  # the Debezium connector's class in Kafka Connect
     template: ClassVar[str]  # its config template, connectors/templates/<template>.json
     schema_history: ClassVar[bool]  # its connector keeps the DDL it read in a schema-history topic
-    binlog_snapshots: ClassVar[bool]  # its snapshot rows carry a binlog position that cdcsync.resolvers maps
+    driver_errors: ClassVar[tuple[type[BaseException], ...]]  # what its driver raises, for a query or a connection
 
     @abstractmethod
     def capturable(self, source: CapturedSource) -> list[tuple[Any, Any]]:

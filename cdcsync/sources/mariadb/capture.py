@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pymysql  # type: ignore[import-untyped]
 
@@ -60,7 +60,7 @@ class MariaDBCapture(Capture):
     connector_class = "io.debezium.connector.mariadb.MariaDbConnector"
     template = "mariadb"
     schema_history = True  # one partition, never compacted nor expired (connectors.topics)
-    binlog_snapshots = True  # a snapshot row has a binlog file and position, no GTID
+    driver_errors: ClassVar[tuple[type[BaseException], ...]] = (pymysql.MySQLError,)
 
     def capturable(self, source: CapturedSource) -> list[tuple[Any, Any]]:
         return _fetch(source, TABLES)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 import psycopg.errors
@@ -62,7 +62,7 @@ class PostgresCapture(Capture):
     connector_class = "io.debezium.connector.postgresql.PostgresConnector"
     template = "postgres"
     schema_history = False  # pgoutput sends each relation's columns with its changes
-    binlog_snapshots = False
+    driver_errors: ClassVar[tuple[type[BaseException], ...]] = (psycopg.Error,)
 
     def capturable(self, source: CapturedSource) -> list[tuple[Any, Any]]:
         return _fetch(source, TABLES)
