@@ -99,3 +99,25 @@ def test_each_follower_kind_has_its_config_class_and_its_sink_class() -> None:
     assert set(classes) == {(kind,) for kind in get_args(FollowerConfig.model_fields["kind"].annotation)}
     assert {kind for (kind,) in classes} == SINK_KINDS == set(KINDS)
     assert type(FollowerConfig(name="w", kind="delta")) is classes["delta",]  # built as its kind's class
+
+
+# A source's kind, and Debezium's names of the connectors that read one (an event's ``source.connector``).
+SOURCE_KINDS = {"postgres", "mariadb", "mysql", "postgresql"}
+# cdcsync/sources/ implements the kinds: one package per database, behind the contract in its roles.
+SOURCE_KIND_HOME = ("cdcsync/sources/",)
+
+
+def test_no_source_kind_switch_outside_the_sources_package() -> None:
+    found = kind_switches(SOURCE_KINDS, SOURCE_KIND_HOME)
+    assert found == [], (
+        "a switch on a source's kind outside cdcsync/sources/ (give the kind a method or attribute on one of its "
+        f"roles instead): {', '.join(found)}"
+    )
+
+
+def test_each_source_kind_is_one_the_config_accepts() -> None:
+    from cdcsync.config import SourceConfig
+    from cdcsync.sources import KINDS
+
+    assert SourceConfig.model_json_schema()["properties"]["kind"]["enum"] == list(KINDS)
+    assert set(KINDS) <= SOURCE_KINDS, "a new kind's name joins SOURCE_KINDS, so that no code switches on it"
