@@ -8,7 +8,7 @@ already holds:
 =================== ======================================================
 what                from
 =================== ======================================================
-offsets, seconds    the lag collector's last report (``connectors.lag``, every
+offsets, seconds    the lag collector's last report (``sync.lag_report``, every
 behind; capture     ~10 s, kept by ``metrics.record_lag``)
 follower state,     the supervisor's ``cdcsync_follower_state`` and
 restarts            ``cdcsync_follower_restarts_total``
@@ -85,7 +85,7 @@ def build(
     now_s: float,
     verified: dict[tuple[str, str], tuple[int, float]] | None = None,
 ) -> dict[str, Any]:
-    """The page's data (``/lag.json``) from a ``connectors.lag.LagReport`` (or None before the first) and the rest.
+    """The page's data (``/lag.json``) from a ``sync.lag_report.LagReport`` (or None before the first) and the rest.
 
     ``verified``: (follower, ``source.namespace.table``) -> (rows differing, end time) of its last background pass.
     """

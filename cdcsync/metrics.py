@@ -4,7 +4,7 @@ Counters and histograms live in the default registry; ``serve(port)`` exposes
 them at ``/metrics``, the daemon's health at ``/healthz`` (200 when every
 follower runs, 503 naming the ones that do not) and the lag page at ``/``
 (``/lag.json`` its data; ``cdcsync.lagpage``). The lag gauges are set by the
-daemon's collector thread from ``connectors.lag`` (``record_lag``), every ~10 s; the
+daemon's collector thread from ``sync.lag_report`` (``record_lag``), every ~10 s; the
 last report is kept whole for the page.
 """
 
@@ -208,7 +208,7 @@ def record_batch(follower: str, counts: Any, elapsed_s: float) -> None:
 
 
 def record_lag(report: Any) -> None:
-    """Set the lag gauges from one ``connectors.lag.LagReport``; a value that could not be read is left as it was."""
+    """Set the lag gauges from one ``sync.lag_report.LagReport``; a value that could not be read is left as it was."""
     _latest_lag[:] = [report]
     for follower in report.followers:
         seconds: dict[str, float] = {}
@@ -227,7 +227,7 @@ def record_lag(report: Any) -> None:
 
 
 def latest_lag() -> Any:
-    """The last ``connectors.lag.LagReport`` recorded, or None before the collector's first round."""
+    """The last ``sync.lag_report.LagReport`` recorded, or None before the collector's first round."""
     return _latest_lag[0] if _latest_lag else None
 
 

@@ -15,7 +15,7 @@ without the daemon. Per follower, table and partition:
 
 The arithmetic is pure (``PartitionLag``, ``TableLag``); ``LogReader`` reads
 the logs once for every follower, and for capture's lag
-(``connectors.lag``, which makes the report ``cdcsync lag``, the daemon's
+(``sync.lag_report``, which makes the report ``cdcsync lag``, the daemon's
 collector and the lag page show).
 """
 

@@ -1,4 +1,4 @@
-"""``cdcsync lag``: how far each follower is behind its log, and capture behind its source (``connectors.lag``)."""
+"""``cdcsync lag``: how far each follower is behind its log, and capture behind its source (``sync.lag_report``)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def lag(ctx: click.Context, followers: tuple[str, ...], watch: float | None, as_
     Needs no daemon: it reads the checkpoints and Kafka. Exit 0 whatever the
     lag; 1 when Kafka cannot be read.
     """
-    from cdcsync.connectors.lag import LagReader
+    from cdcsync.sync.lag_report import LagReader
 
     config = load(ctx)
     chosen = [config.follower(name) for name in followers] or list(config.followers)

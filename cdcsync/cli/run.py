@@ -73,12 +73,12 @@ def run(
     """
     from cdcsync.connectors.discover import CHECK_S as TABLES_CHECK_S
     from cdcsync.connectors.discover import TableWatch, resolve
-    from cdcsync.connectors.lag import COLLECT_S, LagCollector
     from cdcsync.connectors.watch import WATCH_S, CaptureWatch
     from cdcsync.snapshot import repair
     from cdcsync.snapshot.reindex import finish_killed
     from cdcsync.spark import spark_session
     from cdcsync.sync.daemon import Daemon, Round, run_once
+    from cdcsync.sync.lag_report import COLLECT_S, LagCollector
     from cdcsync.sync.verify.background import BackgroundVerify
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)

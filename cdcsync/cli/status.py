@@ -2,7 +2,7 @@
 
 - **capture**, per source: the connector's and its tasks' state on Kafka
   Connect, and whether it actually produces: its heartbeat age
-  (``connectors.lag``); Connect says RUNNING for a task that produces nothing.
+  (``sync.lag_report``); Connect says RUNNING for a task that produces nothing.
 - **followers**: their state is the daemon's (``sync.supervisor``), read from
   its ``/healthz`` and ``/metrics`` at the metrics address ``cdcsync run``
   listens on. With no daemon answering there, every follower is reported as
@@ -100,9 +100,9 @@ def status(ctx: click.Context, as_json: bool, metrics_host: str | None, metrics_
 
 def capture_checks(config: Any) -> list[Check]:
     from cdcsync.connectors.client import ConnectClient
-    from cdcsync.connectors.lag import LagReader
     from cdcsync.connectors.watch import unrecoverable
     from cdcsync.errors import CdcsyncError
+    from cdcsync.sync.lag_report import LagReader
 
     if not config.sources:
         return []

@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from cdcsync.connectors.lag import LagReader
 from cdcsync.connectors.topics import ensure_topics, topic_specs
 from cdcsync.snapshot.bootstrap import bootstrap_from_topics
 from cdcsync.snapshot.reindex import reindex
 from cdcsync.state import base_dir
 from cdcsync.sync.build import build_follower
+from cdcsync.sync.lag_report import LagReader
 from cdcsync.sync.stream import checkpoint_dir, start_file, start_query
 from tests.integration.followers import assert_first_batch_from, scenario
 from tests.support import ENV, execute, in_background, uid

@@ -16,8 +16,9 @@ from prometheus_client import REGISTRY
 
 from cdcsync import metrics
 from cdcsync.cli.lag import render
-from cdcsync.connectors.lag import LagReport, SourceLag, heartbeat_time, stall_after_s
+from cdcsync.connectors.lag import SourceLag, heartbeat_time, stall_after_s
 from cdcsync.sync.lag import FollowerLag, PartitionLag, TableLag, commit_times
+from cdcsync.sync.lag_report import LagReport
 
 NOW = 1_700_000_000_000
 

@@ -10,8 +10,9 @@ from urllib.error import HTTPError
 from urllib.request import urlopen
 
 from cdcsync import lagpage, metrics
-from cdcsync.connectors.lag import LagReport, SourceLag
+from cdcsync.connectors.lag import SourceLag
 from cdcsync.sync.lag import FollowerLag, PartitionLag, TableLag
+from cdcsync.sync.lag_report import LagReport
 
 NOW_MS = 1_700_000_000_000
 
