@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
     from cdcsync.connectors.apply import apply
-    from cdcsync.db import connect_postgres
+    from cdcsync.sources.postgres.connection import connect as connect_postgres
     from cdcsync.spark import spark_session
 
     tag = f"bench{uuid.uuid4().hex[:6]}"

@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cdcsync.config_file import load_config
     from cdcsync.connectors.apply import apply
-    from cdcsync.db import connect_postgres
+    from cdcsync.sources.postgres.connection import connect as connect_postgres
 
     tag = f"fresh{uuid.uuid4().hex[:6]}"
     table = f"bench_{tag}"

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cdcsync.config import Config
     from cdcsync.connectors.apply import apply
-    from cdcsync.db import connect_postgres
+    from cdcsync.sources.postgres.connection import connect as connect_postgres
 
     tag = f"part{uuid.uuid4().hex[:6]}"
     table = f"bench_{tag}"

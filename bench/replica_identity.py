@@ -32,7 +32,7 @@ def _connect(admin: bool = False) -> psycopg.Connection:
         return psycopg.connect(
             host=str(stack.RUN), port=int(ENV["PG_PORT"]), dbname=ENV["PG_DATABASE"], user="postgres", autocommit=True
         )
-    from cdcsync.db import connect_postgres
+    from cdcsync.sources.postgres.connection import connect as connect_postgres
 
     source = one_table_config("bench_identity", "unused", [], Path(tempfile.gettempdir())).sources[0]
     return connect_postgres(source, autocommit=True)

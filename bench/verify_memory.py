@@ -96,7 +96,7 @@ def measure(
     ``verify --by-row``); ``stale``: that many rows, scattered over the table, changed in the source only first."""
     with narrow_table(rows, sink, row_kb) as (config_path, config):
         if stale:
-            from cdcsync.db import connect_postgres
+            from cdcsync.sources.postgres.connection import connect as connect_postgres
 
             with connect_postgres(config.sources[0], autocommit=True) as pg:
                 step = max(1, rows // stale)
@@ -166,7 +166,7 @@ def narrow_table(rows: int, sink: str, row_kb: int = 0) -> Iterator[tuple[Path, 
     nothing, and ``sink``'s store filled with the same rows: the config's path and the config; the table and the
     store are removed after."""
     from cdcsync.config_file import load_config
-    from cdcsync.db import connect_postgres
+    from cdcsync.sources.postgres.connection import connect as connect_postgres
 
     tag = f"vm{uuid.uuid4().hex[:6]}"
     table = f"bench_{tag}"
