@@ -25,9 +25,8 @@ import re
 from collections.abc import Callable, Sequence
 
 from cdcsync.config import Config, SourceConfig, TableRef
-from cdcsync.db import UNREACHABLE
 from cdcsync.errors import CdcsyncError
-from cdcsync.sources import kind_of
+from cdcsync.sources import UNREACHABLE, kind_of
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,6 @@ from pathlib import Path
 
 from cdcsync.config import Config, SourceConfig, TableRef
 from cdcsync.connectors.client import ConnectClient
-from cdcsync.db import fetch
 from cdcsync.errors import ConfigError, RetryableError
 from cdcsync.sources import kind_of
 
@@ -102,7 +101,7 @@ def create_signal_table(source: SourceConfig) -> str | None:
     ddl = f"CREATE TABLE {table} (id VARCHAR(64) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR({SIGNAL_DATA}))"
     try:
         if _owned(source) is None:
-            fetch(source, ddl)
+            kind_of(source).fetch(source, ddl)
         return None
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
@@ -122,7 +121,9 @@ def request_snapshot(source: SourceConfig, tables: list[TableRef], where: str | 
     signal_id = f"cdcsync-{uuid.uuid4()}"
     table = _quoted(source, source.signal_table)
     data = signal_data(tables, where)
-    fetch(source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data))
+    kind_of(source).fetch(
+        source, f"INSERT INTO {table} (id, type, data) VALUES (%s, 'execute-snapshot', %s)", (signal_id, data)
+    )
     return signal_id
 
 

@@ -62,9 +62,8 @@ from cdcsync.config import Config, SourceConfig
 from cdcsync.connectors import partitions, restore, source_setup
 from cdcsync.connectors.client import ConnectClient
 from cdcsync.connectors.lag import stall_after_s
-from cdcsync.db import UNREACHABLE
 from cdcsync.errors import CdcsyncError, RetryableError
-from cdcsync.sources import kind_of
+from cdcsync.sources import UNREACHABLE, kind_of
 
 log = logging.getLogger("cdcsync.capture")
 

@@ -30,6 +30,10 @@ NOT_YET = {
 # Debezium's ``source.connector`` in an event -> the kind that reads it.
 CONNECTORS: dict[str, SourceKind] = {connector: kind for kind in KINDS.values() for connector in kind.connectors}
 
+# What connecting raises, whatever the kind, while the database is down or restarting (not a query's own error).
+UNREACHABLE: tuple[type[BaseException], ...] = tuple(
+    {error: None for kind in KINDS.values() for error in kind.unreachable}
+)
 # What a query raises, whatever the kind, for a literal the database cannot read as its column's type.
 BAD_VALUE: tuple[type[BaseException], ...] = tuple({error: None for kind in KINDS.values() for error in kind.bad_value})
 
