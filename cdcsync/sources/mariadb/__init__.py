@@ -15,7 +15,7 @@ from cdcsync.sources.kind import SourceKind
 from cdcsync.sources.mariadb.capture import MariaDBCapture
 from cdcsync.sources.mariadb.changes import MariaDBChanges
 from cdcsync.sources.mariadb.checksums import MariaDBChecksums
-from cdcsync.sources.mariadb.connection import connect
+from cdcsync.sources.mariadb.connection import connect, fetch
 from cdcsync.sources.mariadb.reads import MariaDBReads
 
 
@@ -49,12 +49,4 @@ class MariaDB(SourceKind):
         return connect(source, timeout_s)
 
     def fetch(self, source: SourceSettings, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        conn = connect(source)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, params or None)
-                rows = list(cur.fetchall()) if cur.description else []
-            conn.commit()
-            return rows
-        finally:
-            conn.close()
+        return fetch(source, sql, params)

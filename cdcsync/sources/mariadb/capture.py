@@ -15,6 +15,7 @@ import pymysql  # type: ignore[import-untyped]
 
 from cdcsync.sources.base import TableName
 from cdcsync.sources.capture import Capture, CapturedSource, Leaves, SourceSetup
+from cdcsync.sources.mariadb.connection import connect, fetch
 
 HISTORY_OF_CAPTURED_ONLY = "schema.history.internal.store.only.captured.tables.ddl"
 
@@ -29,18 +30,6 @@ WHERE t.table_type = 'BASE TABLE'
 
 # MariaDB column types Debezium 3.2's DDL parser does not know: reading such a table's DDL fails the connector.
 UNPARSEABLE_TYPES = {"inet4": "VARCHAR(15) or INT UNSIGNED", "inet6": "VARCHAR(39) or BINARY(16)"}
-
-
-def _connect(source: CapturedSource, timeout_s: int = 10, database: bool = True) -> pymysql.connections.Connection:
-    from cdcsync.sources.mariadb import connect  # the kind's package imports this module
-
-    return connect(source, timeout_s=timeout_s, database=database)
-
-
-def _fetch(source: CapturedSource, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    from cdcsync.sources import kind_of  # the registry imports this module
-
-    return kind_of(source).fetch(source, sql, params)
 
 
 def _quoted(table: TableName) -> str:
@@ -63,13 +52,13 @@ class MariaDBCapture(Capture):
     driver_errors: ClassVar[tuple[type[BaseException], ...]] = (pymysql.MySQLError,)
 
     def capturable(self, source: CapturedSource) -> list[tuple[Any, Any]]:
-        return _fetch(source, TABLES)
+        return fetch(source, TABLES)
 
     def preflight(self, source: CapturedSource, new: bool) -> list[str]:
         """The server settings, grants and tables capture needs; ``new``: before the connector's first snapshot."""
         where = f"source {source.name} ({source.kind} {source.host}:{source.port})"
         try:
-            conn = _connect(source, timeout_s=5, database=False)
+            conn = connect(source, timeout_s=5, database=False)
         except pymysql.MySQLError as err:
             return [f"{where}: cannot connect as {source.user}: {err}"]
         problems = []
@@ -127,7 +116,7 @@ class MariaDBCapture(Capture):
         return None
 
     def probe(self, source: CapturedSource) -> None:
-        _connect(source, timeout_s=3, database=False).close()
+        connect(source, timeout_s=3, database=False).close()
 
     def held(self, source: CapturedSource) -> list[str]:
         return []
@@ -145,7 +134,7 @@ class MariaDBCapture(Capture):
 
     def log_position(self, source: CapturedSource) -> Any:
         """``@@gtid_binlog_pos``."""
-        conn = _connect(source, timeout_s=5, database=False)
+        conn = connect(source, timeout_s=5, database=False)
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT @@gtid_binlog_pos")
@@ -164,7 +153,7 @@ class MariaDBCapture(Capture):
 
     def remove(self, source: CapturedSource) -> list[str]:
         table = source.signal_table
-        connection = _connect(source)
+        connection = connect(source)
         try:
             with connection.cursor() as cursor:
                 found = cursor.execute(
@@ -210,7 +199,7 @@ class MariaDBCapture(Capture):
     def signal_table_usable(self, source: CapturedSource) -> bool | None:
         """Whether it exists: the source's user needs only SELECT and INSERT on it."""
         table = source.signal_table
-        rows = _fetch(
+        rows = fetch(
             source,
             "SELECT TRUE FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
             (table.namespace, table.table),

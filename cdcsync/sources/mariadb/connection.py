@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pymysql  # type: ignore[import-untyped]
 
 from cdcsync.sources.base import SourceSettings
@@ -17,3 +19,16 @@ def connect(source: SourceSettings, timeout_s: int = 10, database: bool = True) 
         password=source.password.get_secret_value(),
         connect_timeout=timeout_s,
     )
+
+
+def fetch(source: SourceSettings, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement as the source's user and return its rows (committed)."""
+    conn = connect(source)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            rows = list(cur.fetchall()) if cur.description else []
+        conn.commit()
+        return rows
+    finally:
+        conn.close()

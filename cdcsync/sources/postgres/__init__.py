@@ -11,7 +11,7 @@ from cdcsync.sources.kind import SourceKind
 from cdcsync.sources.postgres.capture import PostgresCapture
 from cdcsync.sources.postgres.changes import PostgresChanges
 from cdcsync.sources.postgres.checksums import PostgresChecksums
-from cdcsync.sources.postgres.connection import connect
+from cdcsync.sources.postgres.connection import connect, fetch
 from cdcsync.sources.postgres.reads import PostgresReads
 
 
@@ -42,6 +42,4 @@ class Postgres(SourceKind):
         return connect(source, timeout_s)
 
     def fetch(self, source: SourceSettings, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with connect(source, autocommit=True) as conn:
-            cur = conn.execute(sql, params or None)  # type: ignore[arg-type]
-            return list(cur.fetchall()) if cur.description else []
+        return fetch(source, sql, params)

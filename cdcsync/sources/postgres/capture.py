@@ -19,6 +19,7 @@ import psycopg.errors
 from cdcsync.errors import FatalError, RetryableError
 from cdcsync.sources.base import TableName
 from cdcsync.sources.capture import Capture, CapturedSource, Leaves, SourceSetup
+from cdcsync.sources.postgres.connection import connect, fetch
 
 VIA_ROOT = "publish.via.partition.root"
 LOCK_TIMEOUT_S = 10  # how long an ALTER TABLE ... REPLICA IDENTITY waits for its lock (carry_out)
@@ -37,18 +38,6 @@ WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
 _IDENTITY = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
 
 
-def _connect(source: CapturedSource, timeout_s: int = 10, autocommit: bool = False) -> psycopg.Connection:
-    from cdcsync.sources.postgres import connect  # the kind's package imports this module
-
-    return connect(source, timeout_s=timeout_s, autocommit=autocommit)
-
-
-def _fetch(source: CapturedSource, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    from cdcsync.sources import kind_of  # the registry imports this module
-
-    return kind_of(source).fetch(source, sql, params)
-
-
 def quoted(schema: str, name: str) -> str:
     """``schema.name``, each part double-quoted."""
     return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
@@ -65,12 +54,12 @@ class PostgresCapture(Capture):
     driver_errors: ClassVar[tuple[type[BaseException], ...]] = (psycopg.Error,)
 
     def capturable(self, source: CapturedSource) -> list[tuple[Any, Any]]:
-        return _fetch(source, TABLES)
+        return fetch(source, TABLES)
 
     def preflight(self, source: CapturedSource, new: bool) -> list[str]:
         where = f"source {source.name} (postgres {source.host}:{source.port}/{source.database})"
         try:
-            conn = _connect(source, timeout_s=5)
+            conn = connect(source, timeout_s=5)
         except psycopg.OperationalError as err:
             return [f"{where}: cannot connect as {source.user}: {str(err).strip().splitlines()[-1]}"]
         problems = []
@@ -117,7 +106,7 @@ class PostgresCapture(Capture):
         setup = SourceSetup()
         where = f"source {source.name} (postgres {source.host}:{source.port}/{source.database})"
         try:
-            conn = _connect(source, timeout_s=5)
+            conn = connect(source, timeout_s=5)
         except psycopg.OperationalError:
             return setup  # preflight reports it
         with conn:
@@ -151,7 +140,7 @@ class PostgresCapture(Capture):
     def carry_out(self, source: CapturedSource, setup: SourceSetup) -> list[str]:
         """In one transaction; an ``ALTER TABLE`` waits ``LOCK_TIMEOUT_S`` for its lock at most (then nothing
         is changed and the error names the table)."""
-        with _connect(source) as conn, conn.transaction():
+        with connect(source) as conn, conn.transaction():
             conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_S}s'")  # type: ignore[call-overload]
             for sql, what in setup.statements:
                 try:
@@ -166,7 +155,7 @@ class PostgresCapture(Capture):
     def leaves(self, source: CapturedSource) -> Leaves:
         """Every captured partitioned table's leaf partitions now (tables without partitions are left out)."""
         names = {quoted(t.namespace, t.table): str(t) for t in source.tables}
-        rows = _fetch(  # one query for every table: the capture watch asks each minute
+        rows = fetch(  # one query for every table: the capture watch asks each minute
             source,
             "SELECT r.name, c.oid::bigint, n.nspname, c.relname FROM unnest(%s::text[]) AS r(name)"
             " CROSS JOIN LATERAL pg_partition_tree(to_regclass(r.name)) t JOIN pg_class c ON c.oid = t.relid"
@@ -182,7 +171,7 @@ class PostgresCapture(Capture):
         return source.slot
 
     def retained_wal(self, source: CapturedSource) -> int | None:
-        with _connect(source, timeout_s=5, autocommit=True) as conn:
+        with connect(source, timeout_s=5, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots"
                 " WHERE slot_name = %s",
@@ -192,7 +181,7 @@ class PostgresCapture(Capture):
 
     def end_slot_backend(self, source: CapturedSource) -> int | None:
         """``pg_terminate_backend``, allowed to the slot's own role."""
-        with _connect(source, timeout_s=5, autocommit=True) as conn:
+        with connect(source, timeout_s=5, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active", (source.slot,)
             ).fetchone()
@@ -202,7 +191,7 @@ class PostgresCapture(Capture):
             return int(row[0])
 
     def probe(self, source: CapturedSource) -> None:
-        _connect(source, timeout_s=3).close()
+        connect(source, timeout_s=3).close()
 
     def held(self, source: CapturedSource) -> list[str]:
         return [_slot(source.slot), f"publication {source.publication}"]
@@ -219,7 +208,7 @@ class PostgresCapture(Capture):
 
     def resumes_stale_offsets(self, source: CapturedSource) -> bool:
         """Only while its slot exists: a new slot starts at the present, past every change after the old offset."""
-        with _connect(source, timeout_s=5, autocommit=True) as conn:
+        with connect(source, timeout_s=5, autocommit=True) as conn:
             return (
                 conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (source.slot,)).fetchone()
                 is not None
@@ -227,7 +216,7 @@ class PostgresCapture(Capture):
 
     def log_position(self, source: CapturedSource) -> Any:
         """The LSN of ``pg_current_wal_lsn()``, as a number."""
-        with _connect(source, timeout_s=5, autocommit=True) as conn:
+        with connect(source, timeout_s=5, autocommit=True) as conn:
             row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
             return row[0] if row else None
 
@@ -242,7 +231,7 @@ class PostgresCapture(Capture):
         from psycopg import sql
 
         done = []
-        with _connect(source, autocommit=True) as pg:
+        with connect(source, autocommit=True) as pg:
             deadline = time.monotonic() + SLOT_WAIT_S
             while True:
                 row = pg.execute(
@@ -291,7 +280,7 @@ class PostgresCapture(Capture):
     def signal_table_usable(self, source: CapturedSource) -> bool | None:
         """Whether the source's user owns it: a filtered publication holds only tables its user owns."""
         table = source.signal_table
-        rows = _fetch(
+        rows = fetch(
             source,
             "SELECT pg_get_userbyid(c.relowner) = current_user OR (SELECT rolsuper FROM pg_roles"
             " WHERE rolname = current_user) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"

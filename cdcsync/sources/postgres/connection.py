@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 
 from cdcsync.sources.base import SourceSettings
@@ -18,3 +20,10 @@ def connect(source: SourceSettings, timeout_s: int = 10, autocommit: bool = Fals
         password=source.password.get_secret_value(),
         connect_timeout=timeout_s,
     )
+
+
+def fetch(source: SourceSettings, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement (autocommit) and return its rows."""
+    with connect(source, autocommit=True) as conn:
+        cur = conn.execute(sql, params or None)  # type: ignore[arg-type]
+        return list(cur.fetchall()) if cur.description else []
