@@ -58,10 +58,13 @@ writers of a table risk: docs/object-storage.md. The history table is shared (in
 
 Column types, and how a value goes into its column and comes back (``held``):
 ``delta_values``. Each table's log checkpoints are written beside the batches, not
-inside every tenth MERGE: ``delta_checkpoints``. The tables are made, altered and
-removed in ``delta_tables``, written in ``delta_merge``, read in ``delta_reads``
-(``held``, ``scan``, ``lookup``, ``live``) and published in ``delta_publish``; the
-history table is written in ``delta_history``.
+inside every tenth MERGE: ``delta_checkpoints``. The sink composes one object of
+each of its parts, each made with what it works with, none with the sink: the
+tables, made, altered and removed by ``delta_tables.Tables`` (which holds them,
+their spools and the Spark session), written by ``delta_merge.Merge``, read by
+``delta_reads.Reads`` (``held``, ``scan``, ``lookup``, ``live``) and published
+by ``delta_publish.Publish``; the history table is written by
+``delta_history.History``. None of those modules imports this one.
 """
 
 from __future__ import annotations
@@ -85,12 +88,12 @@ from cdcsync.sync.mapping import Row
 from cdcsync.sync.sink import Digesting, Generations, Sink, WriteResult
 from cdcsync.sync.sinks import delta_checkpoints as checkpoints
 from cdcsync.sync.sinks import delta_load as load
-from cdcsync.sync.sinks import delta_merge as merge
 from cdcsync.sync.sinks import delta_reads as reads
-from cdcsync.sync.sinks import delta_tables as tables
 from cdcsync.sync.sinks import object_store
-from cdcsync.sync.sinks.delta_publish import publish_one
-from cdcsync.sync.sinks.delta_tables import Table, table_root
+from cdcsync.sync.sinks.delta_history import History
+from cdcsync.sync.sinks.delta_merge import Merge
+from cdcsync.sync.sinks.delta_publish import Publish
+from cdcsync.sync.sinks.delta_tables import Table, Tables, table_root, wanted_columns
 from cdcsync.sync.sinks.delta_writers import each_table
 
 if TYPE_CHECKING:
@@ -159,34 +162,36 @@ class DeltaSink(Sink, Digesting):
         storage: Mapping[str, str] | None = None,
     ) -> None:
         self.name, self.path, self.soft_delete, self.history = name, path.rstrip("/"), soft_delete, history
-        self._session = spark
-        self._tables: dict[str, Table] = {}
         self.generations = Generations()  # target -> its staged table's path (its _tables entry), until publish
         # A batch's tables MERGEd at once. Each holds its share of the batch and its own tasks' buffers, so the
         # memory bound of a batch (sync.batching) still holds; more than the cores buys nothing.
         self.tables_at_once = tables_at_once
         self._checkpoints = checkpoints.Checkpoints(spark)  # log checkpoints beside the batches (delta_checkpoints)
-        self._spools: dict[str, load.Spool] = {}  # a staged table's path -> the spool its writes go to (delta_load)
         self.storage = dict(storage or {})  # the session's Hadoop settings, which the spools are written with
+        # Its parts (module docstring): the tables (and the spools of staged ones) and what writes, reads and
+        # publishes them.
+        self._tables = Tables(name, spark, history, self._checkpoints, self._errors)
+        changes = History(self._tables, self._checkpoints)
+        self._merge = Merge(self._tables, changes, self._checkpoints, self._errors, soft_delete, history)
+        self._reads = reads.Reads(self._tables, self._errors, soft_delete)
+        self._publish = Publish(self._tables, changes, self.generations, self._errors, soft_delete, history)
 
     @property
     def _spark(self) -> SparkSession:
-        if self._session is None:
-            raise FatalError(f"sink {self.name}: this process of a fill only writes its spool; it has no Spark session")
-        return self._session
+        return self._tables.spark
 
     @property
     def fill_order_free(self) -> bool:
         """A fill into spooled staged tables only: each write a file of its own, the newest row kept at publish."""
         staged = [self._tables[target].path for target in self.generations]
-        return bool(staged) and all(path in self._spools for path in staged)
+        return bool(staged) and all(path in self._tables.spools for path in staged)
 
     # ------------------------------------------------------------------ contract
 
     def open(self, mappings: Sequence[TableMapping]) -> None:
         """Create each target's table (and history table) if missing; add columns the mapping gained."""
-        for target, columns in tables.wanted_columns(mappings).items():
-            self._tables[target] = tables.open_table(self, f"{self.path}/{target}", columns)
+        for target, columns in wanted_columns(mappings).items():
+            self._tables[target] = self._tables.open_table(f"{self.path}/{target}", columns)
             self.generations.published(target)
 
     def learn(self, mapping: TableMapping) -> None:
@@ -197,7 +202,7 @@ class DeltaSink(Sink, Digesting):
         """
         table = self._tables.get(mapping.target)
         if table is not None:
-            wanted = tables.wanted_columns([mapping])[mapping.target]
+            wanted = wanted_columns([mapping])[mapping.target]
             table.learned.update({n: k for n, k in wanted.items() if n not in table.kinds})
 
     def forget(self, target: str, fields: Sequence[str]) -> None:
@@ -217,32 +222,32 @@ class DeltaSink(Sink, Digesting):
     def settle(self) -> None:
         """Drop forgotten columns now: called while no writer runs (a follower starting, sync.reindex_needed)."""
         for table in self._tables.values():
-            tables.drop_columns(self, table)
+            self._tables.drop_columns(table)
 
     def make_visible(self, targets: Sequence[str]) -> None:
         """Nothing to do: a MERGE is visible when its commit is."""
 
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """A fresh staged table per target, beside the live one, and its empty spool (module docstring)."""
-        for target, columns in tables.wanted_columns(mappings).items():
+        for target, columns in wanted_columns(mappings).items():
             path = f"{self.path}/{target}{STAGING}"
-            tables.remove(self, path)
-            tables.remove(self, path + load.SUFFIX)
-            self._tables[target] = tables.open_table(self, path, columns, history=f"{self.path}/{target}__history")
+            self._tables.remove(path)
+            self._tables.remove(path + load.SUFFIX)
+            self._tables[target] = self._tables.open_table(path, columns, history=f"{self.path}/{target}__history")
             with self._errors(f"making the spool {path}{load.SUFFIX} (pyarrow, with spark.conf's fs.s3a.*)"):
                 spool = load.spool_at(path + load.SUFFIX, self.storage) if self.spooled_fill else None
             if spool is not None:
-                self._spools[path] = spool
+                self._tables.spools[path] = spool
             elif self.spooled_fill:  # a file system pyarrow cannot write: the staged table is MERGEd batch by batch
                 log.info("sink=%s table=%s spool=none: %s is not a path pyarrow writes", self.name, path, path)
             self.generations.stage(target, path)
 
     def take_over(self, staged: Mapping[str, str], mappings: Sequence[TableMapping]) -> None:
         """Write to another process's staged tables: to their spools, which ``stage`` made (``snapshot.parallel``)."""
-        wanted = tables.wanted_columns(mappings)
+        wanted = wanted_columns(mappings)
         for target, path in staged.items():
             self._tables[target] = Table(path, dict(wanted.get(target, {})), f"{self.path}/{target}__history")
-            self._spools[path] = load.Spool(path + load.SUFFIX, self.storage)
+            self._tables.spools[path] = load.Spool(path + load.SUFFIX, self.storage)
             self.generations.stage(target, path)
 
     def publish(self) -> None:
@@ -251,7 +256,8 @@ class DeltaSink(Sink, Digesting):
         ``tables_at_once`` targets at a time, as a batch's MERGEs: a bootstrap of many small tables
         is mostly each overwrite's fixed cost.
         """
-        each_table([partial(publish_one, self, target) for target in self.generations], self.tables_at_once)
+        calls = [partial(self._publish.publish_one, self.path, target) for target in self.generations]
+        each_table(calls, self.tables_at_once)
 
     def write(self, batch_id: int, rows: list[Row]) -> WriteResult:
         """MERGE each target's rows; see the module docstring for what is applied, older or rejected."""
@@ -288,7 +294,7 @@ class DeltaSink(Sink, Digesting):
     def _write_target(self, target: str, rows: list[Row]) -> WriteResult:
         """One target's MERGE; a failure that is this table's alone (``TABLE_FAULTS``) names it (``sync.held``)."""
         try:
-            return merge.write_target(self, self._tables[target], rows)
+            return self._merge.write_target(self._tables[target], rows)
         except FatalError as err:
             text = str(err)
             if not TABLE_FAULTS.search(text) or "cancel" in text.lower():
@@ -306,26 +312,26 @@ class DeltaSink(Sink, Digesting):
         return {ident: (version, doc) for ident, version, doc in self.scan(target)}
 
     def scan(self, target: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """Every live row, one Spark partition at a time: ``(doc_id, version, doc in stored form)`` (``reads.scan``)."""
-        yield from reads.scan(self, target)
+        """Every live row, one Spark partition at a time: ``(doc_id, version, doc in stored form)`` (``Reads.scan``)."""
+        yield from self._reads.scan(target, self.live)
 
     def digests(
         self, target: str, digest: Callable[[dict[str, Any]], bytes], where: str | None = None
     ) -> Iterator[tuple[str, bytes]]:
-        """Every live row's id and ``digest`` of its stored form, computed on the executors (``reads.digests``)."""
-        yield from reads.digests(self, target, digest, where)
+        """Every live row's id and ``digest`` of its stored form, computed on the executors (``Reads.digests``)."""
+        yield from self._reads.digests(target, self.live, digest, where)
 
     def kinds(self, target: str) -> dict[str, str | None]:
         """The target table's data columns and their kinds."""
-        return dict(self._table(target).kinds)
+        return dict(self._tables.table(target).kinds)
 
     def sums(self, target: str, bucket: str, hashed: str, aggregates: Sequence[str]) -> list[tuple[Any, ...]]:
-        """The live rows' ``aggregates`` by ``bucket``, computed on the executors (``reads.sums``)."""
-        return reads.sums(self, target, bucket, hashed, aggregates)
+        """The live rows' ``aggregates`` by ``bucket``, computed on the executors (``Reads.sums``)."""
+        return self._reads.sums(target, self.live, bucket, hashed, aggregates)
 
     def lookup(self, target: str, ids: Iterable[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
         """The live rows of these ids, ``reads.LOOKUP_IDS`` ids a query: ``(doc_id, version, doc in stored form)``."""
-        yield from reads.lookup(self, target, ids)
+        yield from self._reads.lookup(target, self.live, ids)
 
     def stored_form(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The canonical document as ``held`` returns it (see the module docstring)."""
@@ -333,7 +339,7 @@ class DeltaSink(Sink, Digesting):
 
     def live(self, target: str) -> DataFrame:
         """The target's table without delete markers: what readers should query (a staged one: its spool so far)."""
-        return reads.live(self, target)
+        return self._reads.live(target)
 
     def close(self) -> None:
         """Let a log checkpoint being written finish; the Spark session belongs to the caller."""
@@ -351,10 +357,3 @@ class DeltaSink(Sink, Digesting):
         if any(marker in text for marker in CONFLICTS):
             return RetryableError(f"{what}: Delta commit conflict, retry the batch: {text[:300]}")
         return FatalError(f"{what} failed: {text[:1000]}")
-
-    # ------------------------------------------------------------------ internals
-
-    def _table(self, target: str) -> Table:
-        if target not in self._tables:
-            raise FatalError(f"sink {self.name}: target {target!r} was not opened")
-        return self._tables[target]
