@@ -60,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from cdcsync.connectors.apply import apply
-    from cdcsync.sources.postgres.connection import connect as connect_postgres
     from cdcsync.snapshot.bootstrap import bootstrap_from_topics
     from cdcsync.snapshot.replay import capture, progress_bar
     from cdcsync.snapshot.source import bootstrap_from_source
+    from cdcsync.sources.postgres.connection import connect as connect_postgres
     from cdcsync.spark import spark_session
     from cdcsync.state import base_dir
     from cdcsync.sync.build import build_follower

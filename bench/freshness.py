@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stop_on_sigterm()
 
-    from cdcsync.config_file import load_config
+    from cdcsync.config.file import load_config
     from cdcsync.connectors.apply import apply
     from cdcsync.sources.postgres.connection import connect as connect_postgres
 

@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stop_on_sigterm()
 
-    from cdcsync.config_file import load_config
+    from cdcsync.config.file import load_config
     from cdcsync.connectors.apply import apply
-    from cdcsync.sources.postgres.connection import connect as connect_postgres
     from cdcsync.snapshot.replay import capture
+    from cdcsync.sources.postgres.connection import connect as connect_postgres
 
     tag = f"mem{uuid.uuid4().hex[:6]}"
     table = f"bench_{tag}"

@@ -168,7 +168,7 @@ def writer(kind: str, docs: list[tuple[str, dict[str, Any]]], base: Path, spark:
 
 
 def main(argv: list[str]) -> int:
-    from cdcsync.config_file import load_config
+    from cdcsync.config.file import load_config
     from cdcsync.sync.build import build_follower
 
     config_path, name, topic, start, end = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])

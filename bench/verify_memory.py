@@ -165,7 +165,7 @@ def narrow_table(rows: int, sink: str, row_kb: int = 0) -> Iterator[tuple[Path, 
     """A Postgres table of ``rows`` narrow rows (``row_kb``: with a text of that many KB of random hex), captured by
     nothing, and ``sink``'s store filled with the same rows: the config's path and the config; the table and the
     store are removed after."""
-    from cdcsync.config_file import load_config
+    from cdcsync.config.file import load_config
     from cdcsync.sources.postgres.connection import connect as connect_postgres
 
     tag = f"vm{uuid.uuid4().hex[:6]}"

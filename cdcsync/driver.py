@@ -15,7 +15,7 @@
   ``spark.java_options``.
 
 Each takes the config's ``spark`` section; without one, the settings the
-environment gives (``CDCSYNC_SPARK_*``, ``cdcsync.config_env``).
+environment gives (``CDCSYNC_SPARK_*``, ``cdcsync.config.env``).
 
 Plain functions of the settings and the files: no JVM is started here, so
 ``cdcsync.spark`` (which starts one) and ``cdcsync.class_archive`` (which
@@ -35,13 +35,13 @@ from cdcsync.errors import FatalError
 from cdcsync.state import state_dir
 
 if TYPE_CHECKING:
-    from cdcsync.config_runtime import SparkSettings
+    from cdcsync.config.runtime import SparkSettings
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
 
 def _or_environment(settings: SparkSettings | None) -> SparkSettings:
-    from cdcsync.config_file import environment_config
+    from cdcsync.config.file import environment_config
 
     return settings if settings is not None else environment_config().spark
 

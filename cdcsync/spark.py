@@ -1,6 +1,6 @@
 """Build the Spark session every follower runs in: Kafka source and Delta Lake on the classpath.
 
-Its settings are the config's ``spark`` and ``delta`` sections (``cdcsync.config_runtime``;
+Its settings are the config's ``spark`` and ``delta`` sections (``cdcsync.config.runtime``;
 without a config, what the environment gives). The class path and the
 driver's options come from ``cdcsync.driver``. Imported only by commands that need Spark.
 """
@@ -79,7 +79,7 @@ def spark_session(
     """
     from pyspark.sql import SparkSession
 
-    from cdcsync.config_file import environment_config
+    from cdcsync.config.file import environment_config
 
     config = config if config is not None else environment_config()
     spark, delta = config.spark, config.delta

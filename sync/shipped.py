@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcsync.config import MASK, Config
-from cdcsync.config_base import ENV_PREFIX
+from cdcsync.config.base import ENV_PREFIX
 from cdcsync.errors import FatalError
 from cdcsync.state import base_dir, write_private
 

@@ -77,7 +77,7 @@ def origin_option(help: str) -> Any:
 
 def load(ctx: click.Context, discover: bool = True) -> Any:
     """The config; with ``discover``, each source's ``schemas``/``include`` tables listed (connectors.discover)."""
-    from cdcsync.config_file import load_config
+    from cdcsync.config.file import load_config
 
     config = load_config(ctx.obj["config_path"])
     if not discover:

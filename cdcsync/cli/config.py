@@ -21,7 +21,7 @@ def config(ctx: click.Context, as_json: bool, schema: bool, reference: bool) -> 
 
     Exit 0 when the file is valid, 2 (every problem listed) when it is not.
     """
-    from cdcsync import config_reference
+    from cdcsync.config import reference as config_reference
 
     if schema:
         sys.stdout.write(config_reference.schema_text())

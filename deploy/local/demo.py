@@ -16,7 +16,7 @@ import psycopg
 import pymysql
 from confluent_kafka import Consumer, TopicPartition
 
-from cdcsync.config_file import load_config
+from cdcsync.config.file import load_config
 from cdcsync.connectors.apply import apply, healthy, status
 
 HERE = Path(__file__).resolve().parent

@@ -9,7 +9,7 @@ its server answer, for ``cdcsync status``), and the roles it plays among its
 bases (``sync.sink``): one that can drop delete markers no replay needs any
 more declares ``MarkerPurge`` (``sync.marker_purge``). Nothing outside this
 package asks which kind a follower is; adding a store is a module here, a
-line below and its follower's config class (``cdcsync.config_follower``).
+line below and its follower's config class (``cdcsync.config.follower``).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.config_runtime import DeltaSettings
+from cdcsync.config.runtime import DeltaSettings
 from cdcsync.errors import FatalError, RetryableError, TableError, mapped
 from cdcsync.sync.mapping import Row
 from cdcsync.sync.sink import Digesting, Generations, Sink, WriteResult

@@ -38,7 +38,7 @@ from typing import Any
 from elasticsearch import ApiError, Elasticsearch
 
 from cdcsync.config import Config, FollowerConfig
-from cdcsync.config_index import IndexSettings, flat_settings
+from cdcsync.config.index import IndexSettings, flat_settings
 from cdcsync.errors import FatalError
 from cdcsync.sync import reindex_needed
 from cdcsync.sync.sinks.elasticsearch_errors import reason

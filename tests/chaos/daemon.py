@@ -18,7 +18,7 @@ import redis
 import yaml
 
 from cdcsync.config import Config
-from cdcsync.config_file import load_config
+from cdcsync.config.file import load_config
 from tests.support import ENV
 
 

@@ -25,7 +25,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdcsync import __version__
-from cdcsync.config_file import load_config
+from cdcsync.config.file import load_config
 from cdcsync.connectors.apply import apply
 from cdcsync.connectors.topics import delete_topics
 from tests.support import ENV, drop_capture, execute, source_dict, uid, wait_streaming

@@ -28,7 +28,7 @@ import requests
 import yaml
 
 from cdcsync.config import Config
-from cdcsync.config_file import load_config
+from cdcsync.config.file import load_config
 from cdcsync.connectors.apply import client_for
 from cdcsync.connectors.topics import delete_topics, topic_specs
 from tests.support import ENV, maria_admin, pg_admin, read_topic, stack, uid, wait_streaming

@@ -14,7 +14,7 @@ from typing import Any
 import requests
 import yaml
 
-from cdcsync.config_file import load_config
+from cdcsync.config.file import load_config
 from cdcsync.connectors.apply import apply, client_for
 from tests.integration.followers import follower_dicts, tear_down
 from tests.integration.test_lag_metrics import free_port, start_daemon

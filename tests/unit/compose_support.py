@@ -134,7 +134,7 @@ def mounts(name: str) -> dict[str, Path]:
 
 def daemon_metrics_address() -> tuple[str, int]:
     """Where `cdcsync run` serves its metrics unless told: the config's ``metrics`` defaults."""
-    from cdcsync.config_runtime import MetricsSettings
+    from cdcsync.config.runtime import MetricsSettings
 
     defaults = MetricsSettings()
     return defaults.host, defaults.port

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdcsync.config_file import load_config
+from cdcsync.config.file import load_config
 from cdcsync.errors import ConfigError
 
 SOURCE = {

@@ -8,9 +8,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from cdcsync import config_env
 from cdcsync.config import Config
-from cdcsync.config_file import environment_config, load_config
+from cdcsync.config import env as config_env
+from cdcsync.config.file import environment_config, load_config
 from cdcsync.errors import ConfigError
 
 SOURCE = {"name": "pg_main", "kind": "postgres", "port": 5432, "database": "app", "user": "u", "password": "p"}

@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cdcsync import config_reference
 from cdcsync.config import MASK, Config
+from cdcsync.config import reference as config_reference
 
-REGENERATE = "run `python -m cdcsync.config_reference` and commit the result"
+REGENERATE = "run `python -m cdcsync.config.reference` and commit the result"
 
 
 def test_the_reference_and_the_schema_in_the_repository_are_the_generated_ones() -> None:

@@ -99,7 +99,7 @@ def daemon_environment() -> dict[str, str]:
 
 def daemon_config() -> Any:
     """The effective config of the cdcsync service: its mounted file read by cdcsync itself, with its environment."""
-    from cdcsync.config_file import load_config
+    from cdcsync.config.file import load_config
 
     env = daemon_environment()
     source = mounts(DAEMON).get(env["CDCSYNC_CONFIG"])

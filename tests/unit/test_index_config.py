@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from cdcsync.config import Config
-from cdcsync.config_file import load_config
-from cdcsync.config_index import INDEX_OWN_FIELDS, IndexSettings
+from cdcsync.config.file import load_config
+from cdcsync.config.index import INDEX_OWN_FIELDS, IndexSettings
 from cdcsync.errors import ConfigError
 from cdcsync.sync import reindex_needed
 from cdcsync.sync.marker_purge import PURGE_EVERY_S, MarkerPurge

@@ -57,7 +57,7 @@ def kind_switches(literals: set[str], skip: tuple[str, ...]) -> list[str]:
 
 SINK_KINDS = {"elasticsearch", "redis", "delta"}
 # sync/sinks/ implements the kinds: its registry maps a kind to its class. Nothing else is skipped: a follower's
-# config (cdcsync/config_follower.py) declares its kinds as classes whose `kind` is a Literal, which is no
+# config (cdcsync/config/follower.py) declares its kinds as classes whose `kind` is a Literal, which is no
 # comparison; "delta" as Spark's format name (format("delta")) or a metric's label is no comparison either.
 SINK_KIND_HOME = ("sync/sinks/",)
 

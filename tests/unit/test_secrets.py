@@ -14,7 +14,7 @@ import yaml
 from pyspark import cloudpickle
 
 from cdcsync.config import Config
-from cdcsync.config_file import load_config
+from cdcsync.config.file import load_config
 from cdcsync.connectors.render import properties_text, render, secret_properties
 from cdcsync.errors import ConfigError
 from cdcsync.sync import executors

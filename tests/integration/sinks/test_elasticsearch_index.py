@@ -15,7 +15,7 @@ from elasticsearch import Elasticsearch
 from prometheus_client import REGISTRY
 
 from cdcsync.config import Config
-from cdcsync.config_index import IndexSettings
+from cdcsync.config.index import IndexSettings
 from cdcsync.errors import FatalError
 from cdcsync.sync.mapping import TableMapping
 from cdcsync.sync.marker_purge import MarkerPurge

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue, field_validator
 
-from cdcsync.config_base import Strict as _Strict
+from cdcsync.config.base import Strict as _Strict
 
 # The fields of an Elasticsearch document that cdcsync writes itself (sync/sinks/elasticsearch_fields.py): the version,
 # and a delete marker's flag and time. Its readers, its apply rule and the marker purge rely on them as they are.

@@ -3,7 +3,7 @@
 Every setting can be overridden by an environment variable, which wins over
 the file: ``CDCSYNC_`` and the setting's path (``CDCSYNC_KAFKA_BOOTSTRAP_SERVERS``,
 ``CDCSYNC_SOURCE_<NAME>_PASSWORD``, ``CDCSYNC_SPARK_CONF_<KEY>``), by the one
-rule of ``cdcsync.config_env``; docs/config.md lists them all.
+rule of ``cdcsync.config.env``; docs/config.md lists them all.
 
 Every problem is reported with its field path, where the value came from and
 what would be valid (``ConfigError``), never with a secret's value. A
@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cdcsync import config_env
 from cdcsync.config import MASK, SECRET_KEY, Config
-from cdcsync.config_base import ENV_PREFIX
+from cdcsync.config import env as config_env
+from cdcsync.config.base import ENV_PREFIX
 from cdcsync.errors import ConfigError
 
 DEFAULT_CONFIG = "cdcsync.yaml"

@@ -1,6 +1,6 @@
 """The config's reference and JSON Schema, generated from its models: ``docs/config.md``, ``cdcsync.schema.json``.
 
-``python -m cdcsync.config_reference`` writes both; a unit test fails when
+``python -m cdcsync.config.reference`` writes both; a unit test fails when
 either differs from what the models give, so a setting added to the models
 is documented by regenerating, never by hand. ``cdcsync config --schema``
 prints the schema for an editor (``# yaml-language-server: $schema=...``).
@@ -21,16 +21,16 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from cdcsync.config import Config
-from cdcsync.config_env import NOT_SETTINGS, variables
+from cdcsync.config.env import NOT_SETTINGS, variables
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE, SCHEMA = ROOT / "docs" / "config.md", ROOT / "cdcsync.schema.json"
 HIDDEN = {"origin"}  # filled by the loader, not a setting
 
 HEADER = """# Configuration reference
 
-Generated from the config's models (`cdcsync/config.py`) by
-`python -m cdcsync.config_reference`; a test fails when this file and the
+Generated from the config's models (`cdcsync/config/deployment.py`) by
+`python -m cdcsync.config.reference`; a test fails when this file and the
 models differ. Editors that read JSON Schema can check a config against
 `cdcsync.schema.json` (`cdcsync config --schema` prints it): put
 `# yaml-language-server: $schema=cdcsync.schema.json` on the file's first line.
@@ -145,7 +145,7 @@ def meaning(field: FieldInfo) -> str:
 ENVIRONMENT_HEADER = """## Environment overrides
 
 Every setting is also an environment variable, which wins over the file:
-`CDCSYNC_` and the setting's path in upper case (`cdcsync/config_env.py`).
+`CDCSYNC_` and the setting's path in upper case (`cdcsync/config/env.py`).
 A source's or follower's names the entry (`<NAME>`: its `name` in upper
 case; the entry must be in the file). A property map's variable takes the
 key after it, `_` for `.` (`CDCSYNC_KAFKA_PROPERTY_SASL_PASSWORD` sets

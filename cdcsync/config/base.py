@@ -1,7 +1,7 @@
 """What every part of the config's models shares: the strict base model, property maps, secret names.
 
 Kept apart from ``cdcsync.config`` so the sections in other modules
-(``cdcsync.config_runtime``) use the same rules without importing it.
+(``cdcsync.config.runtime``) use the same rules without importing it.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from cdcsync.config_base import ENV_PREFIX
+from cdcsync.config.base import ENV_PREFIX
 
 # Variables that start with the prefix and are not settings: the config file's path, the state directory where a
 # config sets no state_dir (cdcsync.state: the file's wins, so configs of one machine keep their own), the local

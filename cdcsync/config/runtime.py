@@ -4,7 +4,7 @@ They shape the process that runs the followers rather than what it syncs:
 ``cdcsync.spark`` builds the session from ``spark`` and ``delta``, the daemon
 serves ``/metrics`` where ``metrics`` says. Like every setting, each is also
 an environment variable (``CDCSYNC_SPARK_DRIVER_MEMORY``, ``CDCSYNC_DELTA_AUTO_COMPACT``,
-``CDCSYNC_SPARK_CONF_<KEY>``: ``cdcsync.config_file``). The defaults and why
+``CDCSYNC_SPARK_CONF_<KEY>``: ``cdcsync.config.file``). The defaults and why
 each is what it is: ``cdcsync.spark`` and docs/performance.md.
 """
 
@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from cdcsync.config_base import Properties, Strict
+from cdcsync.config.base import Properties, Strict
 
 # The fork server the Python workers are forked from: Spark's own (its pyspark.daemon), after importing once what
 # every worker's first task imported (sync/fork_server.py). `pyspark.daemon`, Spark's module, runs Spark's alone.

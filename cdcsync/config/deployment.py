@@ -14,7 +14,7 @@ Shape (see ``cdcsync.yaml`` at the repository root for a working example)::
         password: cdcsync           # or CDCSYNC_SOURCE_PG_INVENTORY_PASSWORD
         tables: [public.customers]  # schema.table (postgres) or database.table
 
-Read from a file, with environment overrides, by ``cdcsync.config_file.load_config``.
+Read from a file, with environment overrides, by ``cdcsync.config.file.load_config``.
 
 Secrets (docs/secrets.md): source passwords, follower passwords and API keys,
 credentials written inside a follower URL (moved out of it into ``username``/
@@ -38,17 +38,11 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from cdcsync.config_base import MASK, PROPERTY_KEY, SECRET_KEY, Properties
-from cdcsync.config_base import Strict as _Strict
-from cdcsync.config_follower import DeltaFollowerConfig as DeltaFollowerConfig  # the follower's models, re-exported
-from cdcsync.config_follower import ElasticsearchFollowerConfig as ElasticsearchFollowerConfig
-from cdcsync.config_follower import FollowerConfig
-from cdcsync.config_follower import MappingType as MappingType
-from cdcsync.config_follower import RedisFollowerConfig as RedisFollowerConfig
-from cdcsync.config_follower import TableMappingConfig as TableMappingConfig
-from cdcsync.config_follower import VerifySettings as VerifySettings
-from cdcsync.config_runtime import DeltaSettings, MetricsSettings, SparkSettings
-from cdcsync.config_source import SourceConfig, TableRef
+from cdcsync.config.base import MASK, PROPERTY_KEY, SECRET_KEY, Properties
+from cdcsync.config.base import Strict as _Strict
+from cdcsync.config.follower import FollowerConfig
+from cdcsync.config.runtime import DeltaSettings, MetricsSettings, SparkSettings
+from cdcsync.config.source import SourceConfig, TableRef
 from cdcsync.errors import ConfigError
 from cdcsync.names import default_target
 

@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from cdcsync.config_base import NAME_PATTERN, Properties
-from cdcsync.config_base import Strict as _Strict
+from cdcsync.config.base import NAME_PATTERN, Properties
+from cdcsync.config.base import Strict as _Strict
 from cdcsync.names import topic_name
 from cdcsync.sources import KINDS, NOT_YET, kind_of
 

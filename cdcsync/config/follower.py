@@ -18,10 +18,10 @@ from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidatorFunctionWrapHandler, model_validator
 
-from cdcsync.config_base import NAME_PATTERN
-from cdcsync.config_base import Strict as _Strict
-from cdcsync.config_index import IndexSettings
-from cdcsync.config_source import TableRef
+from cdcsync.config.base import NAME_PATTERN
+from cdcsync.config.base import Strict as _Strict
+from cdcsync.config.index import IndexSettings
+from cdcsync.config.source import TableRef
 from cdcsync.names import default_target
 
 # A column's type in a mapping (sync/mapping.py says how each is converted); mappings[].types may set any.
