@@ -1,4 +1,4 @@
-"""The databases cdcsync captures: one package per kind, each behind the contract in ``base``.
+"""The databases cdcsync captures: one package per kind, each behind the contract of ``kind`` and its roles.
 
 Everything that differs between databases (connecting, quoting names, the
 catalog, reads of keys and values, snapshot and JDBC reads, range checksums,
