@@ -96,7 +96,7 @@ def _train(archive: Path) -> None:
 
     Needs no running service: a session, rows through Arrow both ways (as a
     bootstrap's pieces and a follower's batches go), and a Delta table written
-    and MERGEd into (the warehouse).
+    and MERGEd into (the delta sink).
     """
     os.environ["CDCSYNC_SPARK_CLASS_ARCHIVE"] = "off"  # an archive is made from a JVM that maps none
     options = f"{driver_java_options()} -XX:ArchiveClassesAtExit={archive} {QUIET}"

@@ -74,7 +74,7 @@ FILESYSTEM_JARS = ("hadoop-aws", "bundle", "wildfly-openssl")
 
 
 def uses_s3a(paths: list[str], conf: dict[str, str]) -> bool:
-    """Whether a session with these warehouse paths and Spark properties reads or writes ``s3a://``."""
+    """Whether a session with these Delta table paths and Spark properties reads or writes ``s3a://``."""
     return any(p.startswith("s3a://") for p in paths) or any(k.startswith("spark.hadoop.fs.s3a.") for k in conf)
 
 

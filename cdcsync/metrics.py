@@ -145,17 +145,17 @@ VERIFY_PERIOD = Gauge(
 
 DELTA_FILES = Gauge(
     "cdcsync_delta_table_files",
-    "Live data files of a warehouse table after its last upkeep pass",
+    "Live data files of a Delta table after its last upkeep pass",
     ["follower", "table"],
 )
 DELTA_BYTES = Gauge(
     "cdcsync_delta_table_bytes",
-    "Bytes of a warehouse table's live data files after its last upkeep pass (what a read of it scans)",
+    "Bytes of a Delta table's live data files after its last upkeep pass (what a read of it scans)",
     ["follower", "table"],
 )
 DELTA_DISK_BYTES = Gauge(
     "cdcsync_delta_table_disk_bytes",
-    "Bytes on disk under a local warehouse table's directory after its last upkeep pass: live files, files kept "
+    "Bytes on disk under a local Delta table's directory after its last upkeep pass: live files, files kept "
     "for the retention window, the log",
     ["follower", "table"],
 )
@@ -186,7 +186,7 @@ def record_build() -> None:
 
 
 def record_table_size(follower: str, table: str, files: int, size: int, disk: int | None) -> None:
-    """A warehouse table's size after an upkeep pass (``sync.delta_upkeep``); ``disk``: None off local disk."""
+    """A Delta table's size after an upkeep pass (``sync.delta_upkeep``); ``disk``: None off local disk."""
     DELTA_FILES.labels(follower, table).set(files)
     DELTA_BYTES.labels(follower, table).set(size)
     if disk is not None:

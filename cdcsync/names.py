@@ -28,7 +28,7 @@ def topic_name(*parts: str) -> str:
 
 def default_target(table: str) -> str:
     """A table's target when its mapping names none: its name in lower case, with what an Elasticsearch
-    index, a Redis key or a warehouse path may not hold (spaces, unicode, quotes...) as '_'."""
+    index, a Redis key or a Delta table path may not hold (spaces, unicode, quotes...) as '_'."""
     name = re.sub(r"[^a-z0-9_.-]", "_", table.lower()).lstrip("_.-")
     return name[:200] or "table"
 

@@ -33,11 +33,11 @@ COMPACT_AT_FILES = "200"
 # wrote the table's whole state, ~40 % slower than its neighbours). cdcsync writes them every 10 versions on a
 # thread beside the batches (sync/sinks/delta_checkpoints.py); this is only the fallback for other writers.
 CHECKPOINT_INTERVAL = "1000"
-# Rows per Parquet page at most (Parquet's default: 20,000): the unit a warehouse MERGE's key predicate reads or
+# Rows per Parquet page at most (Parquet's default: 20,000): the unit a Delta MERGE's key predicate reads or
 # skips (docs/performance.md, "Delta: a MERGE that prunes by key").
 PAGE_ROWS = "200"
 # Keys per IN list that Spark hands to Parquet as one equality per key (its default: 10; a longer list goes as its
-# range): the lists of the warehouse MERGE's key predicate (sync/sinks/delta.py, among).
+# range): the lists of the Delta MERGE's key predicate (sync/sinks/delta.py, among).
 IN_CHUNK = 64
 
 
@@ -95,7 +95,7 @@ def spark_session(
     if master is not None:
         builder = builder.master(master)
     settings = {**spark.conf, **(conf or {})}
-    paths = [f.path or "" for f in config.followers if f.warehouse]
+    paths = [f.path or "" for f in config.followers if f.spark_tables]
     jars = session_jars(connector_jars(spark), uses_s3a(paths, settings))  # S3A's only for object storage
     builder = (
         builder.config("spark.jars", ",".join(str(j) for j in jars))
@@ -113,22 +113,22 @@ def spark_session(
         .config("spark.sql.streaming.stopTimeout", f"{STOP_TIMEOUT_S:.0f}s")
         .config("spark.sql.shuffle.partitions", "4")
         # Adaptive execution runs each shuffle stage of a plan as a job of its own, to re-plan between them. A
-        # warehouse MERGE of a few thousand rows ran 19 jobs with it and 14 without, and took ~10% less time in
+        # Delta MERGE of a few thousand rows ran 19 jobs with it and 14 without, and took ~10% less time in
         # the daemon at 1k changes/s (docs/performance.md, "Delta: adaptive execution off"). Streaming batches
         # never use it. spark.adaptive turns it back on.
         .config("spark.sql.adaptive.enabled", str(spark.adaptive).lower())
         # Spark keeps compiled generated code in a cache of 100 entries by default. Three followers' batches
-        # and the warehouse's MERGE stages outgrow it: the same classes were compiled again ~3 times a second,
+        # and the delta sink's MERGE stages outgrow it: the same classes were compiled again ~3 times a second,
         # each then loaded and JIT-compiled anew (docs/performance.md, "Generated code").
         .config("spark.sql.codegen.cache.maxEntries", CODEGEN_CACHE_ENTRIES)
         # Delta's default of 50 partitions for reading a table's log makes every MERGE slow on small machines.
         .config("spark.databricks.delta.snapshotPartitions", str(delta.snapshot_partitions))
         # A MERGE whose source is not a Delta table first copies its source into Spark's block manager (one more
         # job, one more copy of the batch on the heap), in case reading it twice gave different rows. The
-        # warehouse's source is the batch itself, built from Arrow on the driver (sync/sinks/delta_values.frame): the
+        # Delta MERGE's source is the batch itself, built from Arrow on the driver (sync/sinks/delta_values.frame): the
         # same rows every read. A MERGE of 5,000 rows into 50,000, median of 15: 2.19 s against 2.27 s.
         .config("spark.databricks.delta.merge.materializeSource", "none")
-        # New warehouse tables take deletion vectors: a MERGE of scattered keys marks the old rows deleted
+        # New Delta tables take deletion vectors: a MERGE of scattered keys marks the old rows deleted
         # instead of rewriting every file it touches (bench.delta_merge: 11x fewer bytes written; the table
         # of bench.memory grew 27 GB in 116 MERGEs without). Readers need Delta 2.3+ (docs/performance.md).
         .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", str(delta.deletion_vectors).lower())
@@ -159,7 +159,7 @@ def spark_session(
         # default 128 MB, a MERGE rewriting a table of 60 KB rows held several at once and the 2 GiB heap ran
         # out (bench.memory, 100k changes over 10k rows). 16 MB row groups bound that to a few tens of MB.
         .config("spark.hadoop.parquet.block.size", str(16 * 1024 * 1024))
-        # The warehouse MERGE's key predicate (sync/sinks/delta.py, among): an IN list of up to this many keys goes
+        # The Delta MERGE's key predicate (sync/sinks/delta.py, among): an IN list of up to this many keys goes
         # to Parquet as an equality per key, which its page indexes test one by one (a longer list: its range).
         .config("spark.sql.parquet.pushdown.inFilterThreshold", str(IN_CHUNK))
         # A page is what a MERGE's key predicate skips or reads: a MERGE of 1,000 keys into a table ordered by key

@@ -16,7 +16,7 @@ they change. Arrow batches handed to Python are capped in bytes too
 
 A sample only sees the records already there: rows that turn wide after the
 start (a backlog of 60 KB rows behind small ones) can still make a batch
-large. That costs no memory: the warehouse reads its batch in chunks bounded
+large. That costs no memory: the delta follower reads its batch in chunks bounded
 by the bytes read (``sync.batch_reader``), search and cache apply theirs in
 the tasks. A collect into the driver past ``spark.driver.maxResultSize`` (a
 quarter of the heap) fails, and the follower's next start takes a quarter of

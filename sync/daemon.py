@@ -17,7 +17,7 @@ died would stop healing or exporting, silently. The daemon has rounds of its
 own: one checks the catalog for columns whose type changed kind
 (``sync.reindex_needed``), one removes delete markers older than the
 compaction horizon (``sync.marker_purge``) for the followers whose sink can,
-and one keeps the warehouse's tables compact and vacuumed (``sync.delta_upkeep``).
+and one keeps the Delta tables compact and vacuumed (``sync.delta_upkeep``).
 """
 
 from __future__ import annotations

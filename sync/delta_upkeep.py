@@ -1,4 +1,4 @@
-"""The warehouse's table upkeep in the daemon: OPTIMIZE, then VACUUM LITE, each table every ``delta.upkeep_every_s``.
+"""The Delta tables' upkeep in the daemon: OPTIMIZE, then VACUUM LITE, each table every ``delta.upkeep_every_s``.
 
 A table MERGEd every few seconds gains small files (each MERGE writes a few)
 and deletion vectors (rows a MERGE replaced, marked in their old files), and
@@ -89,11 +89,11 @@ def tidy(spark: SparkSession, path: str, retention_hours: int) -> TableSize | No
 
 
 class Upkeep:
-    """``tick``: one upkeep pass over every table of each warehouse follower."""
+    """``tick``: one upkeep pass over every table of each delta follower."""
 
     def __init__(self, config: Config, followers: list[FollowerConfig], spark: SparkSession | None) -> None:
         self.config, self.spark = config, spark
-        self.followers = [f for f in followers if f.warehouse]
+        self.followers = [f for f in followers if f.spark_tables]
 
     @property
     def every_s(self) -> float:

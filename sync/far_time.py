@@ -6,7 +6,7 @@ Debezium sends such a value in ISO 8601's expanded form, astronomical years (yea
 ``4713-01-01 00:00:00 BC``. Its canonical value is the text a ``datetime``'s
 ``isoformat`` would be with that year: ``-0043-03-15``,
 ``+10000-01-01T00:00:00+00:00`` (UTC). Elasticsearch and Redis keep that text;
-the warehouse's DATE and TIMESTAMP columns, which count days and microseconds
+the Delta tables' DATE and TIMESTAMP columns, which count days and microseconds
 since 1970, hold the value itself (``days_of``, ``micros_of``, back with
 ``date_of_days``, ``timestamp_of_micros``). Any value Python does hold comes back
 as a ``date`` or an aware ``datetime``, as everywhere else.

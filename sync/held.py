@@ -1,7 +1,7 @@
 """One table, one failure domain: a table whose changes cannot be applied is held alone, named, and retried.
 
 A sink that fails for one table's rows alone (an Elasticsearch index closed
-or write-blocked, a warehouse table it cannot write) used to fail every
+or write-blocked, a Delta table it cannot write) used to fail every
 batch of the follower, so every other table of it stopped too. Now the sink
 raises ``TableError`` naming the target; once the follower's attempts are
 spent (``sink_attempts``), the follower sets that table's rows aside for the

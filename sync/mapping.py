@@ -77,7 +77,7 @@ class TableMapping:
     # timestamp columns whose Debezium form counts milliseconds, not microseconds (MariaDB DATETIME(0) to (3))
     millis: frozenset[str] = frozenset()
     # decimal columns whose every value fits DECIMAL(precision, scale) with precision <= 38 (MariaDB DECIMAL(p,s),
-    # BIGINT UNSIGNED): the warehouse's column type. Other decimals (Postgres numeric holds NaN) are exact text there.
+    # BIGINT UNSIGNED): the Delta column's type. Other decimals (Postgres numeric holds NaN) are exact text there.
     decimals: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     widths: Mapping[str, int] = field(default_factory=dict)  # bit(n) columns' n: Debezium's bytes drop leading zeros
     # column -> (field name, type, converter or None); what map_row looks up once per column of a change

@@ -286,7 +286,7 @@ def redact_url(url: str) -> str:
 
 @runtime_checkable
 class Digesting(Protocol):
-    """A sink that digests its rows where they are read (the warehouse: on Spark's executors), and sums them by
+    """A sink that digests its rows where they are read (Delta: on Spark's executors), and sums them by
     ranges of keys there (``sync.verify.ranges``)."""
 
     def digests(

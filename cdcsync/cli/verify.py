@@ -29,7 +29,7 @@ def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_
     times over ~15 s, so a row changed during the pass, which the follower
     then applies, is not reported. `cdcsync repair` makes the rows right.
 
-    A warehouse table whose columns Postgres and Spark can both checksum is
+    A Delta table whose columns Postgres and Spark can both checksum is
     compared by ranges of keys first, each summed where it is stored; only
     the ranges that differ are read row by row (docs/followers.md, "Range
     checksums").

@@ -105,14 +105,14 @@ class Config(_Strict):
     kafka: KafkaSettings = Field(KafkaSettings(), description="the Kafka cluster")
     connect: ConnectSettings = Field(ConnectSettings(), description="the Kafka Connect worker")
     spark: SparkSettings = Field(SparkSettings(), description="the Spark session the followers run in")
-    delta: DeltaSettings = Field(DeltaSettings(), description="the warehouse's Delta tables")
+    delta: DeltaSettings = Field(DeltaSettings(), description="how the delta followers write their Delta tables")
     metrics: MetricsSettings = Field(MetricsSettings(), description="the daemon's /metrics and /healthz")
     sources: list[SourceConfig] = Field(default_factory=list, description="the databases captured")
     followers: list[FollowerConfig] = Field(default_factory=list, description="the stores kept in sync")
     state_dir: str | None = Field(
         None,
-        description="checkpoints and warehouse default under it (default: CDCSYNC_STATE_DIR, else the local "
-        "stack's, docs/local-stack.md)",
+        description="checkpoints and the delta followers' default path under it (default: CDCSYNC_STATE_DIR, else "
+        "the local stack's, docs/local-stack.md)",
     )
     origin: dict[str, str] = Field(default_factory=dict, exclude=True, description="field path -> where it came from")
 

@@ -5,9 +5,10 @@ Part of the config's models (``cdcsync.config``), which holds and re-exports the
 Each kind of store has its class (``ElasticsearchFollowerConfig``, ``RedisFollowerConfig``,
 ``DeltaFollowerConfig``), which declares what differs by kind: its batches' defaults, the URL schemes
 its server takes (none: a store with no server), which credentials go together, whether it takes index
-settings and whether its store is the warehouse's tables. A follower's entry is validated as its kind's
-class (``kind`` names it: ``FollowerConfig`` dispatches, whether validated or constructed), so the rules
-of each kind are read from its class, never by asking which kind a follower is.
+settings and whether its store is tables at a path that Spark itself reads and writes. A follower's
+entry is validated as its kind's class (``kind`` names it: ``FollowerConfig`` dispatches, whether
+validated or constructed), so the rules of each kind are read from its class, never by asking which
+kind a follower is.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class FollowerConfig(_Strict):
     name: str = Field(pattern=NAME_PATTERN, description="the follower's name: in commands, metrics and state paths")
     kind: Literal["elasticsearch", "redis", "delta"] = Field(description="the store it keeps in sync")
     url: str | None = Field(None, description="elasticsearch / redis URL")
-    path: str | None = Field(None, description="delta: warehouse directory (default <state>/warehouse/<name>)")
+    path: str | None = Field(None, description="delta: its Delta tables' directory (default <state>/warehouse/<name>)")
     prefix: str = Field("cdc", description="redis key prefix / elasticsearch index prefix")
     soft_delete: bool = Field(False, description="a deleted row keeps its last data beside its delete marker")
     history: bool = Field(False, description="delta: also keep every change in <target>__history")
@@ -134,9 +135,9 @@ class FollowerConfig(_Strict):
     default_batch_bytes: ClassVar[int]  # a batch's bytes, where max_batch_bytes is unset
     url_schemes: ClassVar[tuple[str, ...]] = ()  # what its server's url may start with; none: it has no server
     takes_index: ClassVar[bool] = False  # it takes index settings (index, mappings.<table>.index)
-    # Its store is the warehouse: Delta tables under `path`, which Spark itself reads and writes, so the session
+    # Its store is tables under `path` that Spark itself reads and writes (Delta tables), so the session
     # reaches their file system (cdcsync.spark) and the daemon tends them (sync.delta_upkeep).
-    warehouse: ClassVar[bool] = False
+    spark_tables: ClassVar[bool] = False
     _kinds: ClassVar[dict[str, type[FollowerConfig]]] = {}  # kind -> its class, each class adding itself
 
     @classmethod
@@ -203,7 +204,7 @@ class FollowerConfig(_Strict):
 
     @model_validator(mode="after")
     def _needs_location(self) -> FollowerConfig:
-        if not self.url_schemes:  # a store with no server (the warehouse's tables, at a path)
+        if not self.url_schemes:  # a store with no server (Delta tables, at a path)
             given = [k for k in ("url", "username", "password", "api_key", "tls_ca") if getattr(self, k) is not None]
             if given:
                 raise ValueError(f"follower {self.name}: kind {self.kind} takes no {', '.join(given)}")
@@ -303,16 +304,16 @@ class RedisFollowerConfig(FollowerConfig):
 
 
 class DeltaFollowerConfig(FollowerConfig):
-    """A follower that keeps the warehouse: a Delta table per source table, under ``path``."""
+    """A follower that keeps Delta tables: one per source table, under ``path``."""
 
     kind: Literal["delta"] = Field(description="the store it keeps in sync")
 
     # A MERGE takes seconds, so its interval does not matter (bench.freshness: docs/performance.md). The batch is
     # collected on the driver for one MERGE, so its bytes are what the heap holds; a MERGE is mostly fixed cost
-    # (2.3-2.6 s alone for 5,000 to 50,000 narrow rows), so a warehouse behind catches up faster in larger ones:
+    # (2.3-2.6 s alone for 5,000 to 50,000 narrow rows), so a delta follower behind catches up faster in larger ones:
     # 64 MiB took a burst of 100k changes at 3,967/s against 2,968-3,064/s at 16 MiB (docs/performance.md,
     # "Batch size").
     default_trigger_s = 1.0
     default_batch_records = 100_000
     default_batch_bytes = 64 * 1024 * 1024
-    warehouse = True
+    spark_tables = True

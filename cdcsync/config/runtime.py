@@ -77,7 +77,7 @@ class SparkSettings(Strict):
 
 
 class DeltaSettings(Strict):
-    """How the warehouse writes its Delta tables."""
+    """How the delta followers write their Delta tables."""
 
     snapshot_partitions: int = Field(2, ge=1, description="partitions a table's log is read with (Delta's: 50)")
     deletion_vectors: bool = Field(True, description="new tables mark replaced rows instead of rewriting files")
@@ -88,7 +88,7 @@ class DeltaSettings(Strict):
     )
     tables_at_once: int = Field(2, ge=1, description="a batch's tables MERGEd at the same time")
     upkeep_every_s: float = Field(
-        3600, ge=0, description="how often the daemon runs OPTIMIZE and VACUUM on each warehouse table (0: never)"
+        3600, ge=0, description="how often the daemon runs OPTIMIZE and VACUUM on each Delta table (0: never)"
     )
     retention_hours: int = Field(
         168,

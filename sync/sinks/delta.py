@@ -301,7 +301,7 @@ class DeltaSink(Sink, Digesting):
                 raise
             raise TableError(
                 target,
-                f"warehouse table {self._tables[target].path} refused the batch's rows: {text[:600]}",
+                f"Delta table {self._tables[target].path} refused the batch's rows: {text[:600]}",
                 f"make the table writable again (ALTER TABLE delta.`{self._tables[target].path}` SET TBLPROPERTIES "
                 f"('delta.appendOnly' = 'false'), its files' permissions), or rebuild it (cdcsync reindex {self.name}"
                 " --table ...)",

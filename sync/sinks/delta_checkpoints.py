@@ -1,4 +1,4 @@
-"""Delta log checkpoints written beside the warehouse's batches, not inside them.
+"""Delta log checkpoints written beside the delta sink's batches, not inside them.
 
 A Delta table's state is its log: a JSON file per commit, and now and then a
 checkpoint, the whole state in one Parquet file, so that a reader starts from
@@ -6,10 +6,10 @@ it instead of replaying every commit. Delta writes that checkpoint inside the
 commit whose version is a multiple of the table's ``delta.checkpointInterval``
 (10 by default), so the MERGE that reaches it returns only once the state is
 written: in the daemon those batches took ~40 % longer than their neighbours,
-and they are the warehouse's freshness tail (docs/performance.md, "Delta: log
+and they are the delta follower's freshness tail (docs/performance.md, "Delta: log
 checkpoints beside the batch").
 
-cdcsync's warehouse tables carry an interval of ``INTERVAL`` (1,000) instead, a
+cdcsync's Delta tables carry an interval of ``INTERVAL`` (1,000) instead, a
 fallback for writers other than cdcsync, and the sink asks a ``Checkpoints``
 to write one every ``EVERY`` versions on its own thread, once the batch that
 reached it has returned. A checkpoint is not a commit: MERGEs go on while it is

@@ -12,7 +12,7 @@ its marker, and with ``soft_delete`` the marker keeps the data of the id's
 newest earlier change (as the MERGE's delete branch does). Then the sink's
 publish copies the staged table to the live one, as before.
 
-The spool lies beside the staged table, on the warehouse's own storage: a
+The spool lies beside the staged table, on the Delta tables' own storage: a
 local directory, or an ``s3a://`` bucket that pyarrow's S3 client writes with
 the settings Spark reads it with (``object_store``). Where pyarrow cannot
 write as Spark does (``abfss://``, ``gs://``), ``spool_at`` finds no spool

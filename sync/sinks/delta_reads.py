@@ -53,7 +53,7 @@ class Reads:
 
         Read with ``toLocalIterator``: a ``collect`` of a table of wide rows
         held all of it in the driver's heap at once, and ``verify`` of a
-        warehouse of 60 KB rows ran out of it.
+        Delta table of 60 KB rows ran out of it.
         """
         table = self.tables.table(target)
         columns = [read_column(name, kind) for name, kind in table.kinds.items()]

@@ -211,7 +211,7 @@ AS_READ = frozenset({"text", "uuid", "duration", "pg_text", "geometric", "bits",
 
 def read_back(kind: str | None) -> Callable[[Any], Any] | None:
     """A column value as read (not None) -> its stored form: ``stored(decode(kind, value))``; None where that is
-    the value itself (most columns: the per-value calls were a third of a warehouse verify's Python time)."""
+    the value itself (most columns: the per-value calls were a third of a Delta verify's Python time)."""
     return None if kind in AS_READ else partial(_read_back, kind)
 
 

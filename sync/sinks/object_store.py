@@ -1,4 +1,4 @@
-"""pyarrow's file system for a warehouse path, set up as the Spark session's Hadoop settings set up Spark's.
+"""pyarrow's file system for a Delta table path, set up as the Spark session's Hadoop settings set up Spark's.
 
 A bootstrap or reindex spools a staged Delta table's rows as Parquet files
 written by pyarrow (``delta_load``), while Spark reads them back and writes
@@ -8,7 +8,7 @@ the map the session applies (``spark.hadoop.fs.s3a.*``): every process of a
 fill has the config, none needs a Spark session for it.
 
 =========================  ===========================================  ==========================
-warehouse path             pyarrow file system                          from
+Delta table path           pyarrow file system                          from
 =========================  ===========================================  ==========================
 a local path, ``file:``    ``LocalFileSystem``
 ``s3a://``, ``s3://``      ``S3FileSystem``                             ``fs.s3a.endpoint``,

@@ -11,7 +11,7 @@ its id and a 16-byte digest of its fingerprint, appended to a file per side
 in a temporary directory, in parts by the hash of the id
 (``verify_spill``). The two sides are read at once, each on a thread of its
 own, since each mostly waits for its server; a large table's source side is
-read in a process of its own (``verify_process``), and the warehouse's rows
+read in a process of its own (``verify_process``), and a Delta table's rows
 are digested by Spark's Python workers, where the table is read
 (``store_pairs``). The three kinds of difference
 are then found one part at a time, each part of each side read into a dict.
@@ -27,14 +27,14 @@ A row that differs is looked at again by id a few times over ~15 s
 during the pass, is not divergence (docs/followers.md, "Rows in flight").
 Every differing id is looked at, ``LISTED`` at a time, from a file of them.
 
-A warehouse table of covered types is compared by ranges of keys first,
+A Delta table of covered types is compared by ranges of keys first,
 each side summing its rows' hashes where it is stored; only the ranges that
 differ go through the above (``ranged_pairs``, ``sync.verify.ranges``).
 
 Alternatives: a key-ordered merge of two sorted reads needs both sides
 sorted alike, which Elasticsearch (no sort on ``_id``) and Redis (SCAN
 order) cannot give; range checksums need a store that can checksum a key
-range, which only the warehouse can.
+range, which only Delta can.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.errors import ConfigError
@@ -63,8 +63,6 @@ from cdcsync.sync.verify.report import TableReport as TableReport
 from cdcsync.sync.verify.sides import counted, digest, look, source_pairs, store_pairs
 from cdcsync.sync.verify.spill import Spill, compare_parts
 
-T = TypeVar("T")
-PROGRESS_S = 10.0
 SPILL_ROWS = 10_000  # rows a side reads between two looks at whether the other side failed
 SIDES = ("source", "store")
 
@@ -83,7 +81,7 @@ def verify_follower(
 
     ``pace``: rows per second read on each side at most (the daemon's background pass), the source then
     read a page per query in key order (``source_pages``), never in one long transaction. ``progress`` gets a
-    line about every ``PROGRESS_S`` seconds while a side is read. ``ranged``: a table the store can sum by
+    line about every ``sides.PROGRESS_S`` seconds while a side is read. ``ranged``: a table the store can sum by
     ranges of keys is compared so first (``ranged_pairs``); False: row by row, whatever the table.
     """
     followed = [f"{source.name}.{table}" for source, table in config.followed_tables(follower)]

@@ -1,7 +1,7 @@
-"""Range checksums: a warehouse table compared with its source table where each side is stored.
+"""Range checksums: a Delta table compared with its source table where each side is stored.
 
 ``verify``'s row-by-row path digests every row in Python on both sides
-(~37 us of CPU a row against the warehouse, docs/performance.md). Where a
+(~37 us of CPU a row against a Delta table, docs/performance.md). Where a
 table's every column has a form that the source database and Spark SQL can
 both write byte for byte, each side instead sums a hash of each row's text
 per range of keys, in the database and on Spark's executors, and only the
@@ -18,10 +18,10 @@ range's sums unless two 60-bit sums collide.
 
 Which tables (``plan``): a Postgres source with UTF-8 text, or a MariaDB
 one; one key column of an integer type; every mapped column of a data type
-and kind its source kind writes (``Checksums.forms``), the warehouse giving
-it the same kind; and the warehouse's columns exactly the mapping's fields.
+and kind its source kind writes (``Checksums.forms``), the Delta table giving
+it the same kind; and the Delta table's columns exactly the mapping's fields.
 A value whose two texts can differ though both stores hold it alike (an
-infinite timestamp: Postgres' ``infinity``, the warehouse's far
+infinite timestamp: Postgres' ``infinity``, the Delta table's far
 microseconds) makes its range differ, and the row path then compares it as
 it always has: a false difference costs time, never a wrong answer. Any
 other table takes the row path.
@@ -52,7 +52,7 @@ ROW_PATH_SHARE = 0.25  # differing ranges holding more of the table: the whole t
 RUNS = 200  # runs of differing ranges a source query names by key; more: by range number (a scan of the table)
 Sums = dict[int, tuple[int, int, int]]  # range -> (rows, sum of hash slice 1, sum of hash slice 2)
 
-# The warehouse's piece of a row text for a non-null value, by the kind its column has; each source kind
+# The Delta table's piece of a row text for a non-null value, by the kind its column has; each source kind
 # writes its own (``sources.checksums.Checksums.forms``), equal stored values giving the same bytes.
 SPARK_PIECES = ("coalesce(concat(CAST(octet_length({t}) AS STRING), ':', {t}), '~')", "coalesce(concat({t}, ','), '~')")
 SPARK_FORMS: dict[str, str] = {
@@ -75,7 +75,7 @@ class Plan:
     width: int  # keys a range
     buckets: int
     source_text: str  # a row's text, the source's SQL over the table's columns
-    store_text: str  # the same, Spark SQL over the warehouse table's columns
+    store_text: str  # the same, Spark SQL over the Delta table's columns
 
     def source_bucket(self) -> str:
         sums = kind_of(self.dialect).checksums
@@ -104,14 +104,14 @@ class Plan:
         return " OR ".join(f"({p})" for p in parts)
 
     def store_where(self, ranges: list[int]) -> str:
-        """Spark SQL: the warehouse rows of these ranges."""
+        """Spark SQL: the Delta table's rows of these ranges."""
         return f"{self.store_bucket()} IN ({', '.join(str(r) for r in sorted(ranges))})"
 
 
 def plan(source: SourceConfig, table: TableRef, mapping: TableMapping, kinds: Mapping[str, str | None]) -> Plan | None:
     """The table's range checksums, or None where it takes the row path (the module docstring says which).
 
-    ``kinds``: the warehouse table's data columns and their kinds.
+    ``kinds``: the Delta table's data columns and their kinds.
     """
     if len(mapping.key_columns) != 1 or mapping.plain_key is None or mapping.untyped:
         return None
@@ -153,7 +153,7 @@ def source_sums(source: SourceConfig, table: TableRef, plan: Plan) -> Sums:
 
 
 def store_sums_sql(plan: Plan) -> tuple[str, str, list[str]]:
-    """Spark SQL of the warehouse's side: the range, the hash, and the aggregates over them (``b``, ``h``)."""
+    """Spark SQL of the Delta table's side: the range, the hash, and the aggregates over them (``b``, ``h``)."""
     slices = [f"sum(CAST(conv(substr(h, {start}, 15), 16, 10) AS DECIMAL(38, 0)))" for start in (1, 16)]
     return plan.store_bucket(), f"md5(CAST({plan.store_text} AS BINARY))", ["count(*)", *slices]
 

@@ -30,7 +30,7 @@ def recheck(
 
     The pass reads the source, then the store, over minutes: a row changed
     meanwhile differs without being divergent, and a follower needs a moment
-    to apply a change (a warehouse batch some seconds). A row that still
+    to apply a change (a Delta batch some seconds). A row that still
     differs, and whose store copy stayed as it was through every look, is
     reported in the kind its last look found (a stale row deleted at the
     source meanwhile is extra). ``differing`` holds every id the pass found

@@ -45,7 +45,7 @@ def source_pairs(
 def store_pairs(sink: Sink, target: str, pace: float | None) -> Iterator[tuple[str, bytes]]:
     """The store side: each live row as its id and the digest of its stored form (``pace``: rows a second at most).
 
-    A store that can digest its rows where they are (the warehouse, on Spark's executors: ``digests``) does,
+    A store that can digest its rows where they are (Delta, on Spark's executors: ``digests``) does,
     unless the pass is paced: a paced pass reads a row at a time, so that it never takes the executors
     from the followers for a partition's worth of work at once.
     """

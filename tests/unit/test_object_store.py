@@ -1,4 +1,4 @@
-"""pyarrow's file system for a warehouse path, built from the Spark session's Hadoop settings (no server)."""
+"""pyarrow's file system for a Delta table path, built from the Spark session's Hadoop settings (no server)."""
 
 from __future__ import annotations
 
