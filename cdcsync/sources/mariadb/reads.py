@@ -8,7 +8,7 @@ from typing import Any
 import pymysql  # type: ignore[import-untyped]
 
 from cdcsync.sources.base import SourceSettings, TableName
-from cdcsync.sources.mariadb.connection import connect
+from cdcsync.sources.mariadb.connection import connect, fetch
 from cdcsync.sources.mariadb.snapshot import MariaDBRead
 from cdcsync.sources.reads import Columns, Reads
 
@@ -101,14 +101,12 @@ class MariaDBReads(Reads):
 
     def every_column(self, source: SourceSettings, table: TableName) -> str:
         """``*``, and its INVISIBLE columns, which ``*`` leaves out and the binlog carries."""
-        conn = connect(source)
-        with conn, conn.cursor() as cur:
-            cur.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
-                " AND extra LIKE '%%INVISIBLE%%' ORDER BY ordinal_position",
-                (table.namespace, table.table),
-            )
-            hidden = cur.fetchall()
+        hidden = fetch(
+            source,
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
+            " AND extra LIKE '%%INVISIBLE%%' ORDER BY ordinal_position",
+            (table.namespace, table.table),
+        )
         return ", ".join(["*", *("`" + str(c).replace("`", "``") + "`" for (c,) in hidden)])
 
     def stream(self, source: SourceSettings, query: str) -> Iterator[dict[str, Any]]:
@@ -125,15 +123,13 @@ class MariaDBReads(Reads):
             return [dict(row) for row in cur.fetchall()]
 
     def table_bytes(self, source: SourceSettings, table: TableName) -> int:
-        conn = connect(source)
-        with conn, conn.cursor() as cur:
-            cur.execute(
-                "SELECT data_length + index_length FROM information_schema.tables WHERE table_schema = %s"
-                " AND table_name = %s",
-                (table.namespace, table.table),
-            )
-            found = cur.fetchone()
-        return int(found[0] or 0) if found else 0
+        found = fetch(
+            source,
+            "SELECT data_length + index_length FROM information_schema.tables WHERE table_schema = %s"
+            " AND table_name = %s",
+            (table.namespace, table.table),
+        )
+        return int(found[0][0] or 0) if found else 0
 
 
 def _fixed_decimal(data_type: str, column_type: str, precision: int | None) -> bool:
