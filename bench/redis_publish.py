@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from cdcsync.sync.sink import batched
     from cdcsync.sync.sinks.redis import RedisSink
     from cdcsync.sync.sinks.redis_reads import PIPELINE_COMMANDS, SCAN_COUNT, glob_escape
-    from cdcsync.sync.sinks.redis_scripts import PROMOTE_SHA
+    from cdcsync.sync.sinks.redis_scripts import PUBLISH_SHA
 
     url = f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0"
     client = redis.Redis.from_url(url, decode_responses=True)
@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         head = sink.row_key("items", "")
         keys = client.scan_iter(match=glob_escape(head) + "*", count=SCAN_COUNT)
         for chunk in batched(keys, PIPELINE_COMMANDS):
-            sink._publication().by_id(PROMOTE_SHA, "items", "row", [(key, key[len(head) :]) for key in chunk])
+            sink._publication().by_id(PUBLISH_SHA, "items", "row", [(key, key[len(head) :]) for key in chunk])
 
     def server_scan(sink: RedisSink) -> None:
-        sink._publication().scan(PROMOTE_SHA, "items", sink._generation_of("items"), tag)
+        sink._publication().scan(PUBLISH_SHA, "items", sink._generation_of("items"), tag)
 
     def clear(pattern: str) -> None:
         for keys in batched(client.scan_iter(match=pattern, count=SCAN_COUNT), PIPELINE_COMMANDS):

@@ -113,7 +113,10 @@ CONFLICTS = ("ConcurrentAppendException", "ConcurrentModificationException", "Co
              "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT")  # fmt: skip
 
 
-STAGING = "__staging"
+# A staged generation's directory: ``<target>__staging`` beside the live ``<target>``. The suffix on disk
+# stays as it is, so that an upgrade still finds (and removes, on the next stage) the staged generation of a
+# reindex or bootstrap interrupted before it.
+STAGED_SUFFIX = "__staging"
 
 
 class DeltaSink(Sink, Digesting):
@@ -230,7 +233,7 @@ class DeltaSink(Sink, Digesting):
     def stage(self, mappings: Sequence[TableMapping]) -> None:
         """A fresh staged table per target, beside the live one, and its empty spool (module docstring)."""
         for target, columns in wanted_columns(mappings).items():
-            path = f"{self.path}/{target}{STAGING}"
+            path = f"{self.path}/{target}{STAGED_SUFFIX}"
             self._tables.remove(path)
             self._tables.remove(path + load.SUFFIX)
             self._tables[target] = self._tables.open_table(path, columns, history=f"{self.path}/{target}__history")

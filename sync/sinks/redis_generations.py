@@ -57,7 +57,7 @@ from cdcsync.errors import Errors
 from cdcsync.sync.sink import Generations, batched
 from cdcsync.sync.sinks.redis_apply import ROWS_PER_CALL
 from cdcsync.sync.sinks.redis_reads import PIPELINE_COMMANDS, SCAN_COUNT, glob_escape
-from cdcsync.sync.sinks.redis_scripts import PROMOTE_SHA, PURGE_SHA
+from cdcsync.sync.sinks.redis_scripts import PUBLISH_SHA, PURGE_SHA
 
 PUBLISH_SCAN_COUNT = "1000"  # keys a publish call scans and moves on the server (docs/performance.md)
 # The member a stage puts in each journal so that it exists (an empty set does not). A doc id equal to it
@@ -111,10 +111,10 @@ class Publish:
                 for ids in batched(self.marker_ids(markers), PIPELINE_COMMANDS):
                     self.by_id(PURGE_SHA, target, "marker", [(markers, i) for i in ids])
                 # Pass 2: every staged row and marker replaces the live key.
-                self.scan(PROMOTE_SHA, target, staged, live)
+                self.scan(PUBLISH_SHA, target, staged, live)
                 markers = self.layout.marker_key(target, staged)
                 for ids in batched(self.marker_ids(markers), PIPELINE_COMMANDS):
-                    self.by_id(PROMOTE_SHA, target, "marker", [(markers, i) for i in ids])
+                    self.by_id(PUBLISH_SHA, target, "marker", [(markers, i) for i in ids])
             for target in self.generations:
                 self.client.unlink(self.layout.journal_key(target, live))
 
@@ -123,11 +123,11 @@ class Publish:
         return self.generations.where(target, self.prefix)
 
     def shared_key(self, sha: str, target: str) -> str:
-        """KEYS[1] of a publish call: the staged marker hash for the purge, the live one for the promote."""
+        """KEYS[1] of a publish call: the staged marker hash for the purge, the live one for the publish script."""
         return self.layout.marker_key(target, self.staged(target) if sha == PURGE_SHA else self.prefix)
 
     def scan(self, sha: str, target: str, scanned: str, other: str) -> None:
-        """Run the purge or promote script over ``target``'s row keys in generation ``scanned``, found by the server.
+        """Run the purge or publish script over ``target``'s row keys in generation ``scanned``, found by the server.
 
         Each call scans PUBLISH_SCAN_COUNT keys on from the cursor the previous one answered (PUBLISH_IDS).
         """
@@ -152,7 +152,7 @@ class Publish:
                 return
 
     def by_id(self, sha: str, target: str, kind: str, found: list[tuple[str, str]]) -> None:
-        """Run the purge or promote script on (key, id) pairs, ROWS_PER_CALL a call (KEYS: the scripts' comments)."""
+        """Run the purge or publish script on (key, id) pairs, ROWS_PER_CALL a call (KEYS: the scripts' comments)."""
         shared = [self.shared_key(sha, target), self.layout.journal_key(target, self.prefix)]
         other = self.staged(target) if sha == PURGE_SHA else self.prefix  # the other generation's row keys
         calls = []

@@ -158,7 +158,7 @@ return {cursor, dropped}
 # A live key the follower did not write since the stage began reflects an earlier offset than the
 # staged generation, so it is replaced whatever its version says: that is what resets a stale marker.
 # Counts the staged states that replaced the live one.
-PROMOTE = (
+PUBLISH = (
     NEWER
     + PUBLISH_IDS
     + """
@@ -221,6 +221,6 @@ return {cursor, promoted}
 )
 SCRIPTS = {
     name: (text, hashlib.sha1(text.encode()).hexdigest())
-    for name, text in (("apply", APPLY), ("purge", PURGE), ("promote", PROMOTE))
+    for name, text in (("apply", APPLY), ("purge", PURGE), ("publish", PUBLISH))
 }
-APPLY_SHA, PURGE_SHA, PROMOTE_SHA = SCRIPTS["apply"][1], SCRIPTS["purge"][1], SCRIPTS["promote"][1]
+APPLY_SHA, PURGE_SHA, PUBLISH_SHA = SCRIPTS["apply"][1], SCRIPTS["purge"][1], SCRIPTS["publish"][1]
