@@ -84,12 +84,20 @@ SCHEMA_CHANGES = Counter(
     ["follower", "table"],
 )
 REINDEX_NEEDED = Gauge(
-    "cdcsync_rebuild_needed",
+    "cdcsync_reindex_needed",
     "1 while a table's rows differ from the source in a way no change event will fix (a RENAME COLUMN, a column "
     "added with a DEFAULT): run `cdcsync reindex FOLLOWER --table TABLE --from source`; or while its Elasticsearch "
     "index has configured settings only a new index takes: `cdcsync reindex FOLLOWER --table TABLE`",
     ["follower", "table"],
 )
+REBUILD_NEEDED = Gauge(
+    "cdcsync_rebuild_needed",
+    "The old name of cdcsync_reindex_needed (the same labels and values), kept because an alert someone wrote may "
+    "use it",
+    ["follower", "table"],
+)
+# An old name -> the metric it repeats: set with it (record_reindex_needed), on no dashboard and in no rule.
+OLD_NAMES = {"cdcsync_rebuild_needed": "cdcsync_reindex_needed"}
 TABLE_HELD = Gauge(
     "cdcsync_table_held",
     "1 while a follower holds a table whose changes its sink failed for alone (an index closed or write-blocked, a "
@@ -183,6 +191,12 @@ def record_build() -> None:
             return "none"
 
     BUILD.labels(__version__, platform.python_version(), of("pyspark"), of("delta-spark")).set(1)
+
+
+def record_reindex_needed(follower: str, table: str, needed: bool) -> None:
+    """``cdcsync_reindex_needed`` of the table, and its old name with it (``sync.reindex_needed``)."""
+    for gauge in (REINDEX_NEEDED, REBUILD_NEEDED):
+        gauge.labels(follower, table).set(1 if needed else 0)
 
 
 def record_table_size(follower: str, table: str, files: int, size: int, disk: int | None) -> None:

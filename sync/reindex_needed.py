@@ -17,8 +17,8 @@ the source does it too, and an entry that needs the source is never downgraded).
 
 The follower (on the driver) records each such table in
 ``<state>/rebuild/<follower>.json`` (``mark``; a stored path, named before this module), logs it as an error with the
-command, and sets ``cdcsync_rebuild_needed{follower,table}``; the daemon sets
-the gauge again from the record when it starts the follower. ``status`` and
+command, and sets ``cdcsync_reindex_needed{follower,table}`` (``metrics.record_reindex_needed``, which
+sets its old name too); the daemon sets the gauge again from the record when it starts the follower. ``status`` and
 ``verify`` print ``lines``. A reindex ``--from source`` that covers the table
 clears it (``clear``); any reindex clears the entries a reindex from the topics fixes.
 """
@@ -77,12 +77,12 @@ def record(config: Config, follower: str, table: str, reason: str, origin: str =
     tables = needed(config, follower)
     held = tables.get(table)
     if origin == "topics" and held is not None and held.get("origin", "source") == "source":
-        metrics.REINDEX_NEEDED.labels(follower, table).set(1)  # its reindex from the source rebuilds the index too
+        metrics.record_reindex_needed(follower, table, True)  # its reindex from the source rebuilds the index too
         return
     if held is None or (held["reason"], held.get("origin", "source")) != (reason, origin):
         tables[table] = {"reason": reason, "since": time.time(), "origin": origin}
         _write(config, follower, tables)
-    metrics.REINDEX_NEEDED.labels(follower, table).set(1)
+    metrics.record_reindex_needed(follower, table, True)
 
 
 def check_kinds(config: Config, follower: Follower) -> None:
@@ -117,7 +117,7 @@ def clear(config: Config, follower: str, tables: Iterable[str] | None = None, or
         done = {table for table in done if recorded[table].get("origin", "source") == origin}
     for table in done:
         del recorded[table]
-        metrics.REINDEX_NEEDED.labels(follower, table).set(0)
+        metrics.record_reindex_needed(follower, table, False)
     if done:
         _write(config, follower, recorded)
 
@@ -125,7 +125,7 @@ def clear(config: Config, follower: str, tables: Iterable[str] | None = None, or
 def export(config: Config, follower: str) -> None:
     """Set the gauge from the record (a daemon starting the follower)."""
     for table in needed(config, follower):
-        metrics.REINDEX_NEEDED.labels(follower, table).set(1)
+        metrics.record_reindex_needed(follower, table, True)
 
 
 def lines(config: Config, follower: str) -> list[str]:

@@ -22,7 +22,7 @@ a field's changed mapping      tried in place (some parameters may change); one 
 
 A report is a WARNING naming ``cdcsync reindex FOLLOWER --table TARGET``, and the table is recorded as
 needing that reindex (``sync.reindex_needed``, ``origin`` topics: the topics hold every row, only the index
-must be new): ``cdcsync status`` and ``verify`` list it, ``cdcsync_rebuild_needed`` is 1. The next ``open``
+must be new): ``cdcsync status`` and ``verify`` list it, ``cdcsync_reindex_needed`` is 1. The next ``open``
 that finds nothing left to do (the reindex ran, or the config was set back) clears it. Nothing is closed or
 reopened: closing an index takes it from readers, which a reindex's alias swap never does.
 """

@@ -147,8 +147,20 @@ def test_every_metric_name_used_is_exported(source: str) -> None:
 
 def test_the_dashboard_shows_every_metric_cdcsync_exports() -> None:
     used = {exported().get(name) for _, expr in dashboard_exprs() for name in names_in(expr)}
-    missing = set(exported().values()) - used
+    missing = set(exported().values()) - used - set(metrics.OLD_NAMES)  # an old name: its metric's panel shows it
     assert not missing, f"metrics with no dashboard panel (add one to {DASHBOARD.relative_to(REPO)}): {sorted(missing)}"
+
+
+def test_an_old_name_repeats_its_metric_and_no_panel_or_rule_reads_it() -> None:
+    shapes = {
+        metric.describe()[0].name: (metric.describe()[0].type, metric._labelnames)
+        for metric in vars(metrics).values()
+        if isinstance(metric, MetricWrapperBase)
+    }
+    for old, new in metrics.OLD_NAMES.items():
+        assert old in shapes and shapes.get(old) == shapes.get(new), f"{old} does not repeat {new}'s type and labels"
+    read = {name for _, expr in rule_exprs() + dashboard_exprs() for name in names_in(expr)} & set(metrics.OLD_NAMES)
+    assert not read, f"old names a panel or rule reads (read their metric instead): {sorted(read)}"
 
 
 def test_dashboard_panels_are_distinct_and_use_the_chosen_data_source() -> None:

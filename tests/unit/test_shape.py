@@ -210,17 +210,22 @@ def test_which_shape_changes_need_a_rebuild_from_the_source() -> None:
 
 
 def test_a_rebuild_is_recorded_shown_and_cleared(tmp_path: Any) -> None:
+    from prometheus_client import REGISTRY
+
     from cdcsync.config import Config
     from cdcsync.sync import reindex_needed
 
     config = Config.model_validate({"state_dir": str(tmp_path)})
     reindex_needed.mark(config, "search", "public.t", "columns ['v'] went and ['w'] came")
     reindex_needed.mark(config, "search", "public.u", "columns ['d'] were added with a value")
+    gauges = ("cdcsync_reindex_needed", "cdcsync_rebuild_needed")  # the metric, and its old name for alerts using it
+    assert [REGISTRY.get_sample_value(g, {"follower": "search", "table": "public.t"}) for g in gauges] == [1, 1]
     assert reindex_needed.lines(config, "search")[0] == (
         "follower search: table public.t needs a reindex from the source (columns ['v'] went and ['w'] came): "
         "run `cdcsync reindex search --table public.t --from source`"
     )
     reindex_needed.clear(config, "search", ["public.t"])
+    assert [REGISTRY.get_sample_value(g, {"follower": "search", "table": "public.t"}) for g in gauges] == [0, 0]
     assert list(reindex_needed.needed(config, "search")) == ["public.u"] and not reindex_needed.needed(config, "cache")
     reindex_needed.clear(config, "search")
     assert reindex_needed.lines(config, "search") == []
