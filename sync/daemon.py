@@ -167,35 +167,35 @@ class Daemon:
             _close_quietly(follower)
         return 0
 
-    def _start(self, cfg: FollowerConfig) -> tuple[Any, list[str]]:
-        old = self.built.pop(cfg.name, None)
+    def _start(self, follower: FollowerConfig) -> tuple[Any, list[str]]:
+        old = self.built.pop(follower.name, None)
         if old is not None:
             _close_quietly(old)
-        _log_prepared(cfg, self.prepare)
-        for line in reindex_needed.lines(self.config, cfg.name):  # recorded by an earlier run: still to do
+        _log_prepared(follower, self.prepare)
+        for line in reindex_needed.lines(self.config, follower.name):  # recorded by an earlier run: still to do
             log.error("%s", line)
-        reindex_needed.export(self.config, cfg.name)
-        held.export(self.config, cfg.name)
-        follower = build_follower(self.config, cfg, self.spark)
-        self.built[cfg.name] = follower
-        query = start_query(self.spark, self.config, cfg, follower)
-        log.info("follower=%s started topics=%d checkpoint=%s", cfg.name, len(follower.mappings),
-                 checkpoint_dir(self.config, cfg))  # fmt: skip
-        return query, present_topics(self.config, sorted(follower.mappings))
+        reindex_needed.export(self.config, follower.name)
+        held.export(self.config, follower.name)
+        running = build_follower(self.config, follower, self.spark)
+        self.built[follower.name] = running
+        query = start_query(self.spark, self.config, follower, running)
+        log.info("follower=%s started topics=%d checkpoint=%s", follower.name, len(running.mappings),
+                 checkpoint_dir(self.config, follower))  # fmt: skip
+        return query, present_topics(self.config, sorted(running.mappings))
 
     def use(self, config: Config) -> None:
         """Follow what ``config`` says from now on: tables captured since the start (connectors.discover)."""
         self.config = self.purge.config = self.upkeep.config = config
 
-    def _check(self, cfg: FollowerConfig, topics: list[str]) -> None:
-        check_position(self.config, cfg, topics)
-        follower = self.built.get(cfg.name)
-        if follower is None:
+    def _check(self, follower: FollowerConfig, topics: list[str]) -> None:
+        check_position(self.config, follower, topics)
+        running = self.built.get(follower.name)
+        if running is None:
             return
-        captured = sorted({s.topic(t) for s, t in self.config.followed_tables(cfg)} - set(follower.mappings))
+        captured = sorted({s.topic(t) for s, t in self.config.followed_tables(follower)} - set(running.mappings))
         if captured:  # tables a source's patterns matched since it started (connectors.discover.TableWatch)
             raise Relaunch(f"now following {captured} as well: captured since")
-        waiting = sorted(set(follower.mappings) - set(topics))
+        waiting = sorted(set(running.mappings) - set(topics))
         appeared = present_topics(self.config, waiting) if waiting else []
         if appeared:  # a table added to it, whose connector has been applied since
             raise Relaunch(f"now following {appeared} as well")
@@ -221,10 +221,10 @@ def _repeat(each: Round) -> None:
         time.sleep(each.every_s)
 
 
-def _log_prepared(cfg: FollowerConfig, prepare: Prepare) -> None:
-    done = prepare(cfg)
+def _log_prepared(follower: FollowerConfig, prepare: Prepare) -> None:
+    done = prepare(follower)
     if done:
-        log.warning("follower=%s %s", cfg.name, done)
+        log.warning("follower=%s %s", follower.name, done)
 
 
 def _close_quietly(follower: Follower) -> None:

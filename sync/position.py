@@ -139,20 +139,20 @@ def initial_positions(path: Path) -> Positions | None:
     return _offsets_json(text.split("\n", 1)[1])
 
 
-def resume_position(config: Config, cfg: FollowerConfig) -> tuple[Positions, str] | None:
+def resume_position(config: Config, follower: FollowerConfig) -> tuple[Positions, str] | None:
     """The follower's position and where it comes from; None when it will read from each log's start."""
-    found = checkpoint_position(checkpoint_dir(config, cfg))
+    found = checkpoint_position(checkpoint_dir(config, follower))
     if found is not None:
-        origin = f"checkpoint {checkpoint_dir(config, cfg)}"
+        origin = f"checkpoint {checkpoint_dir(config, follower)}"
     else:
-        path = start_file(base_dir(config), cfg.name)
+        path = start_file(base_dir(config), follower.name)
         if not path.exists():
             return None
         found = _offsets_json(json.dumps(json.loads(path.read_text())["offsets"]))
         origin = f"bootstrap start file {path}"
     # Offsets below 0 are Spark's "earliest" (-2) / "latest" (-1): nothing to check there.
     positions = {t: {p: o for p, o in parts.items() if o >= 0} for t, parts in found.items()}
-    rebuilt = reindexed_file(base_dir(config), cfg.name)
+    rebuilt = reindexed_file(base_dir(config), follower.name)
     if rebuilt.exists():
         covered = _offsets_json(json.dumps(json.loads(rebuilt.read_text())["offsets"]))
         for topic, parts in positions.items():
@@ -228,9 +228,9 @@ def _first_timestamps(consumer: Consumer, wanted: list[TopicPartition], timeout_
     return stamps
 
 
-def check_position(config: Config, cfg: FollowerConfig, topics: list[str], now_ms: int | None = None) -> None:
+def check_position(config: Config, follower: FollowerConfig, topics: list[str], now_ms: int | None = None) -> None:
     """Refuse (``PositionError``) a follower whose position is lost or past its compaction horizon."""
-    resumed = resume_position(config, cfg)
+    resumed = resume_position(config, follower)
     if resumed is None:
         return
     positions, origin = resumed
@@ -238,8 +238,8 @@ def check_position(config: Config, cfg: FollowerConfig, topics: list[str], now_m
     found = problems(partition_facts(config, followed), now_ms if now_ms is not None else int(time.time() * 1000))
     if found:
         raise PositionError(
-            f"follower {cfg.name} cannot resume from its position ({origin}):\n"
+            f"follower {follower.name} cannot resume from its position ({origin}):\n"
             + "\n".join(f"  - {line}" for line in found)
-            + f"\nIts store may hold rows deleted at the source. Rebuild it with `cdcsync reindex {cfg.name}` "
+            + f"\nIts store may hold rows deleted at the source. Rebuild it with `cdcsync reindex {follower.name}` "
             f"(every table), then start it again."
         )

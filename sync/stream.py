@@ -37,13 +37,13 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 
-def starting_offsets(config: Config, cfg: FollowerConfig, topics: list[str]) -> str:
+def starting_offsets(config: Config, follower: FollowerConfig, topics: list[str]) -> str:
     """Spark's ``startingOffsets`` for a query: only read when its checkpoint is new.
 
     Spark wants every partition named once offsets are given: a topic the
     bootstrap did not cover (``--table``) starts from its beginning (-2).
     """
-    path = start_file(base_dir(config), cfg.name)
+    path = start_file(base_dir(config), follower.name)
     if not path.exists():
         return "earliest"
     recorded = json.loads(path.read_text())["offsets"]
@@ -64,37 +64,39 @@ def present_topics(config: Config, topics: list[str]) -> list[str]:
 
 
 def start_query(
-    spark: SparkSession, config: Config, cfg: FollowerConfig, follower: Follower, once: bool = False
+    spark: SparkSession, config: Config, follower: FollowerConfig, running: Follower, once: bool = False
 ) -> StreamingQuery:
-    topics = present_topics(config, sorted(follower.mappings))
-    missing = sorted(set(follower.mappings) - set(topics))
+    topics = present_topics(config, sorted(running.mappings))
+    missing = sorted(set(running.mappings) - set(topics))
     if not topics:
         raise RetryableError(
-            f"follower {cfg.name}: none of its tables' topics exist ({', '.join(missing)}); "
+            f"follower {follower.name}: none of its tables' topics exist ({', '.join(missing)}); "
             "run `cdcsync connectors apply`"
         )
     if missing:  # its other tables go on; the daemon restarts it once they exist (sync.daemon, sync.supervisor)
         log.warning(
-            "follower=%s not following %s yet: no such topic; run `cdcsync connectors apply`", cfg.name, missing
+            "follower=%s not following %s yet: no such topic; run `cdcsync connectors apply`", follower.name, missing
         )
-    check_position(config, cfg, topics)
-    resumed = resume_position(config, cfg)
+    check_position(config, follower, topics)
+    resumed = resume_position(config, follower)
     sizes = batching.sample_sizes(config, topics, resumed[0] if resumed else {})
-    per_batch = batching.shrunk(cfg.name, batching.records_per_batch(cfg.batch_bytes, sizes, cfg.batch_records))
-    log.info("follower=%s max_records_per_batch=%d sampled=%d", cfg.name, per_batch, len(sizes))
+    per_batch = batching.shrunk(
+        follower.name, batching.records_per_batch(follower.batch_bytes, sizes, follower.batch_records)
+    )
+    log.info("follower=%s max_records_per_batch=%d sampled=%d", follower.name, per_batch, len(sizes))
     source = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
         .option("subscribe", ",".join(topics))
         # A topic new to a running follower (a table added to it) is read from its start: Spark reads
         # partitions missing from the checkpoint from their earliest offset (docs/schema-changes.md).
-        .option("startingOffsets", starting_offsets(config, cfg, topics))
+        .option("startingOffsets", starting_offsets(config, follower, topics))
         .option("failOnDataLoss", "false")
         .option("maxOffsetsPerTrigger", per_batch)
         # SASL/SSL for Spark's Kafka consumer: its options prefixed kafka. (values never logged)
         .options(**{f"kafka.{k}": v for k, v in config.kafka.java_properties.items()})
     )
-    if follower.sink.order_free:
+    if running.sink.order_free:
         # Split each Kafka partition's slice of a batch so every core gets a task, a full batch locally two
         # per core (sync.batching.task_options). Cores, not task slots: the local master has more (cdcsync.spark).
         context = spark.sparkContext
@@ -102,24 +104,28 @@ def start_query(
         if local:
             cores = min(cores, os.cpu_count() or 1)
         source = source.options(**batching.task_options(per_batch, cores, local))
-        batch = executors.batch_function(config, follower, checkpoint_dir(config, cfg))
+        batch = executors.batch_function(config, running, checkpoint_dir(config, follower))
     else:
-        checkpoint = checkpoint_dir(config, cfg)
+        checkpoint = checkpoint_dir(config, follower)
 
         def batch(df: DataFrame, batch_id: int) -> None:
             # The batch's records are read by its offsets, never collected into the JVM (sync.batch_reader).
             start, end = batch_reader.batch_span(checkpoint, batch_id)
-            out = held.before_batch(config, follower, start, batch_reader.replay(config, follower, batch_id))
+            out = held.before_batch(config, running, start, batch_reader.replay(config, running, batch_id))
             kept = {topic: offsets for topic, offsets in start.items() if topic not in out}
-            counts = follower.process(batch_id, batch_reader.read_span(config, cfg.name, batch_id, kept, end))
-            held.after_batch(config, follower, counts, start)
+            counts = running.process(batch_id, batch_reader.read_span(config, follower.name, batch_id, kept, end))
+            held.after_batch(config, running, counts, start)
 
     writer = (
         source.load()
         .select("topic", "partition", "offset", "key", "value")
-        .writeStream.queryName(f"cdcsync-{cfg.name}")
-        .foreachBatch(deadline.watched(cfg.name, deadline.deadline_s(cfg.batch_deadline_s, cfg.batch_bytes), batch))
-        .option("checkpointLocation", str(checkpoint_dir(config, cfg)))
+        .writeStream.queryName(f"cdcsync-{follower.name}")
+        .foreachBatch(
+            deadline.watched(follower.name, deadline.deadline_s(follower.batch_deadline_s, follower.batch_bytes), batch)
+        )
+        .option("checkpointLocation", str(checkpoint_dir(config, follower)))
     )
-    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{cfg.trigger_s} seconds")
+    writer = (
+        writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{follower.trigger_s} seconds")
+    )
     return writer.start()
