@@ -75,27 +75,27 @@ def follower_lock(base: Path, follower: str, what: str) -> Iterator[None]:
 
 def bootstrap_from_topics(
     config: Config,
-    cfg: FollowerConfig,
-    follower: Follower,
+    follower: FollowerConfig,
+    running: Follower,
     checkpoint: Path,
     base: Path,
     progress: Progress | None = None,
 ) -> Summary:
     if checkpoint.exists() and any(checkpoint.iterdir()):
         raise FatalError(
-            f"follower {cfg.name} already has a checkpoint at {checkpoint}: it is streaming. "
+            f"follower {follower.name} already has a checkpoint at {checkpoint}: it is streaming. "
             "Bootstrap builds a new follower; stop it and remove the checkpoint to rebuild it from scratch"
         )
-    summary, started = Summary(cfg.name), time.monotonic()
-    marks = capture(config, sorted(follower.mappings))
-    follower.sink.stage(list(follower.mappings.values()))
-    replay(config, follower, {tp: low for tp, (low, _) in marks.items()}, {tp: high for tp, (_, high) in marks.items()},
+    summary, started = Summary(follower.name), time.monotonic()
+    marks = capture(config, sorted(running.mappings))
+    running.sink.stage(list(running.mappings.values()))
+    replay(config, running, {tp: low for tp, (low, _) in marks.items()}, {tp: high for tp, (_, high) in marks.items()},
            summary, progress)  # fmt: skip
-    publish(follower.sink)
+    publish(running.sink)
     summary.offsets = offsets_json({tp: high for tp, (_low, high) in marks.items()})
     summary.seconds = round(time.monotonic() - started, 2)
-    record_start(base, cfg.name, summary.offsets, origin="topics")
-    reindex_needed.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
+    record_start(base, follower.name, summary.offsets, origin="topics")
+    reindex_needed.remember(config, follower.name, running.mappings.values())  # the shape the new store holds
     return summary
 
 

@@ -133,8 +133,8 @@ def killed_line(config: Config, follower: str) -> str | None:
     )
 
 
-def finish_killed(config: Config, cfg: FollowerConfig, spark: SparkSession | None) -> str | None:
-    """Finish a reindex of ``cfg`` killed after its switch; refuse one killed during it. Called by ``cdcsync run``.
+def finish_killed(config: Config, follower: FollowerConfig, spark: SparkSession | None) -> str | None:
+    """Finish a reindex of ``follower`` killed after its switch; refuse one killed during it. Called by ``cdcsync run``.
 
     None when there is nothing to finish: no record, the last reindex ended,
     one killed before its switch, or a reindex of the follower is running
@@ -142,16 +142,16 @@ def finish_killed(config: Config, cfg: FollowerConfig, spark: SparkSession | Non
     raises ``FatalError``: the daemon stops this follower alone and names
     the reindex to run.
     """
-    if unfinished(config, cfg.name) is None:
+    if unfinished(config, follower.name) is None:
         return None
     try:
-        with follower_lock(base_dir(config), cfg.name, f"run {cfg.name}: finishing a killed reindex"):
-            killed = unfinished(config, cfg.name)
+        with follower_lock(base_dir(config), follower.name, f"run {follower.name}: finishing a killed reindex"):
+            killed = unfinished(config, follower.name)
             if killed is None or killed["step"] == "staging":
                 return None
             if killed["step"] == "publishing":
-                raise FatalError(str(killed_line(config, cfg.name)))
-            return _finish(config, cfg, spark, killed, mappings_for(config, cfg), None)
+                raise FatalError(str(killed_line(config, follower.name)))
+            return _finish(config, follower, spark, killed, mappings_for(config, follower), None)
     except Busy:
         return None
 
@@ -165,26 +165,26 @@ def _record(config: Config, follower: str, record: dict[str, Any], step: str, **
     os.replace(tmp, path)
 
 
-def select(mappings: dict[str, TableMapping], cfg: FollowerConfig, table: str | None) -> dict[str, TableMapping]:
+def select(mappings: dict[str, TableMapping], follower: FollowerConfig, table: str | None) -> dict[str, TableMapping]:
     """The mappings to rebuild: all, or the one whose target or source table is ``table``."""
     if table is None:
         return mappings
     chosen = {topic: m for topic, m in mappings.items() if table in (m.target, m.table, m.table.split(".")[-1], topic)}
     if not chosen:
         known = ", ".join(sorted(m.target for m in mappings.values()))
-        raise ConfigError([f"--table {table}: follower {cfg.name} has no such target or table; targets: {known}"])
+        raise ConfigError([f"--table {table}: follower {follower.name} has no such target or table; targets: {known}"])
     return chosen
 
 
 def reindex(
     config: Config,
-    cfg: FollowerConfig,
+    follower: FollowerConfig,
     spark: SparkSession | None,
     table: str | None = None,
     progress: Progress | None = None,
     origin: str = "topics",
 ) -> ReindexSummary:
-    """Run steps 1-5 of the module docstring for ``cfg`` (and ``table`` only, if given).
+    """Run steps 1-5 of the module docstring for ``follower`` (and ``table`` only, if given).
 
     Holds the follower's lock throughout, and first finishes an earlier
     reindex of the follower that was killed (module docstring). ``origin``
@@ -193,14 +193,14 @@ def reindex(
     topics: what a RENAME COLUMN or a column added with a DEFAULT needs
     (``sync.reindex_needed``), since the topics hold those rows in their old shape.
     """
-    what = f"reindex {cfg.name}" + (f" --table {table}" if table else "")
-    with follower_lock(base_dir(config), cfg.name, what):
-        every = mappings_for(config, cfg)
-        mappings = select(every, cfg, table)
-        killed, finished = unfinished(config, cfg.name), None
+    what = f"reindex {follower.name}" + (f" --table {table}" if table else "")
+    with follower_lock(base_dir(config), follower.name, what):
+        every = mappings_for(config, follower)
+        mappings = select(every, follower, table)
+        killed, finished = unfinished(config, follower.name), None
         if killed is not None and killed["step"] != "staging" and not set(killed["topics"]) <= set(mappings):
-            finished = _finish(config, cfg, spark, killed, every, progress)
-        summary = _run(config, cfg, spark, mappings, table, progress, origin)
+            finished = _finish(config, follower, spark, killed, every, progress)
+        summary = _run(config, follower, spark, mappings, table, progress, origin)
         if killed is not None and finished is None:
             finished = (
                 "the reindex killed before its switch had left readers on the old store: nothing to finish"
@@ -213,7 +213,7 @@ def reindex(
 
 def _run(
     config: Config,
-    cfg: FollowerConfig,
+    follower: FollowerConfig,
     spark: SparkSession | None,
     mappings: dict[str, TableMapping],
     table: str | None,
@@ -221,53 +221,53 @@ def _run(
     origin: str = "topics",
 ) -> ReindexSummary:
     started = time.monotonic()
-    follower = build_follower(config, cfg, spark, mappings=mappings, open_sink=False, fill=True)
+    running = build_follower(config, follower, spark, mappings=mappings, open_sink=False, fill=True)
     topics = sorted(mappings)
-    summary = ReindexSummary(cfg.name, sorted({m.target for m in mappings.values()}), Summary(cfg.name),
-                             Summary(cfg.name))  # fmt: skip
-    record = {"follower": cfg.name, "pid": os.getpid(), "table": table, "topics": topics,
+    summary = ReindexSummary(follower.name, sorted({m.target for m in mappings.values()}), Summary(follower.name),
+                             Summary(follower.name))  # fmt: skip
+    record = {"follower": follower.name, "pid": os.getpid(), "table": table, "topics": topics,
               "targets": summary.targets, "started_at": time.time(), "origin": origin}  # fmt: skip
     try:
         if origin == "source":
             from cdcsync.snapshot.source import fill_from_source
 
             if spark is None:
-                raise FatalError(f"reindex {cfg.name} --from source reads the source through Spark; none given")
-            _record(config, cfg.name, record, "staging")
-            summary.fill = fill_from_source(config, cfg, follower, spark, progress=progress)
+                raise FatalError(f"reindex {follower.name} --from source reads the source through Spark; none given")
+            _record(config, follower.name, record, "staging")
+            summary.fill = fill_from_source(config, follower, running, spark, progress=progress)
             e1 = e1b = {TopicPartition(t, int(p)): high for t, parts in summary.fill.offsets.items()
                         for p, high in parts.items()}  # fmt: skip
         else:
             marks = capture(config, topics)
             e1 = _high(marks)
-            _record(config, cfg.name, record, "staging")
-            follower.sink.stage(list(mappings.values()))
-            replay(config, follower, {tp: low for tp, (low, _) in marks.items()}, e1, summary.fill, progress)
+            _record(config, follower.name, record, "staging")
+            running.sink.stage(list(mappings.values()))
+            replay(config, running, {tp: low for tp, (low, _) in marks.items()}, e1, summary.fill, progress)
             e1b = _high(capture(config, topics))
-            replay(config, follower, e1, e1b, summary.fill, progress)
-        _record(config, cfg.name, record, "publishing", staged_to=offsets_json(e1b))
-        publish(follower.sink)
+            replay(config, running, e1, e1b, summary.fill, progress)
+        _record(config, follower.name, record, "publishing", staged_to=offsets_json(e1b))
+        publish(running.sink)
         summary.published_at = time.time()
-        _record(config, cfg.name, record, "published", published_at=summary.published_at)
+        _record(config, follower.name, record, "published", published_at=summary.published_at)
         e2 = _high(capture(config, topics))
-        replay(config, follower, e1b, e2, summary.catch_up, progress)
+        replay(config, running, e1b, e2, summary.catch_up, progress)
     finally:
-        follower.sink.close()
+        running.sink.close()
     summary.offsets = {"filled_to": offsets_json(e1), "staged_to": offsets_json(e1b), "caught_up_to": offsets_json(e2)}
     if table is None:
-        record_reindexed(config, cfg.name, summary.offsets["caught_up_to"])
+        record_reindexed(config, follower.name, summary.offsets["caught_up_to"])
     # From the source, rows in their old shape are read anew: nothing left to rebuild for these tables. From either,
     # the new indexes have the configured settings (an entry of origin "topics").
-    reindex_needed.clear(config, cfg.name, None if table is None else [m.table for m in mappings.values()], origin)
-    reindex_needed.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
-    _record(config, cfg.name, record, "done", caught_up_to=summary.offsets["caught_up_to"])
+    reindex_needed.clear(config, follower.name, None if table is None else [m.table for m in mappings.values()], origin)
+    reindex_needed.remember(config, follower.name, running.mappings.values())  # the shape the new store holds
+    _record(config, follower.name, record, "done", caught_up_to=summary.offsets["caught_up_to"])
     summary.seconds = round(time.monotonic() - started, 2)
     return summary
 
 
 def _finish(
     config: Config,
-    cfg: FollowerConfig,
+    follower: FollowerConfig,
     spark: SparkSession | None,
     killed: dict[str, Any],
     every: dict[str, TableMapping],
@@ -275,21 +275,21 @@ def _finish(
 ) -> str:
     """Finish a reindex killed during or after its publish whose targets this run does not rebuild."""
     if killed["step"] == "publishing":  # some targets may be switched, others not: run it again
-        _run(config, cfg, spark, select(every, cfg, killed["table"]), killed["table"], progress)
+        _run(config, follower, spark, select(every, follower, killed["table"]), killed["table"], progress)
         return f"ran again the reindex killed at step {killed['step']}"
     step = killed["step"]  # _record below marks the record done
     mappings = {topic: m for topic, m in every.items() if topic in killed["topics"]}
-    follower = build_follower(config, cfg, spark, mappings=mappings)  # the live store, as step 5
-    caught_up = Summary(cfg.name)
+    running = build_follower(config, follower, spark, mappings=mappings)  # the live store, as step 5
+    caught_up = Summary(follower.name)
     try:
         starts = {TopicPartition(t, int(p)): o for t, parts in killed["staged_to"].items() for p, o in parts.items()}
         e2 = _high(capture(config, sorted(mappings)))
-        replay(config, follower, starts, e2, caught_up, progress)
+        replay(config, running, starts, e2, caught_up, progress)
     finally:
-        follower.sink.close()
+        running.sink.close()
     if killed["table"] is None:
-        record_reindexed(config, cfg.name, offsets_json(e2))
-    _record(config, cfg.name, killed, "done", caught_up_to=offsets_json(e2))
+        record_reindexed(config, follower.name, offsets_json(e2))
+    _record(config, follower.name, killed, "done", caught_up_to=offsets_json(e2))
     return f"caught up the reindex killed at step {step}: {caught_up.records:,} records"
 
 

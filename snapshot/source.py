@@ -63,8 +63,8 @@ Progress = Callable[[int, int, float], None]
 
 def bootstrap_from_source(
     config: Config,
-    cfg: FollowerConfig,
-    follower: Follower,
+    follower: FollowerConfig,
+    running: Follower,
     spark: SparkSession,
     checkpoint: Path,
     base: Path,
@@ -75,21 +75,22 @@ def bootstrap_from_source(
     """Build the follower's store from the source; ``on_read_open`` runs once each read is open."""
     if checkpoint.exists() and any(checkpoint.iterdir()):
         raise FatalError(
-            f"follower {cfg.name} already has a checkpoint at {checkpoint}: it is streaming; use reindex to rebuild it"
+            f"follower {follower.name} already has a checkpoint at {checkpoint}: it is streaming; "
+            "use reindex to rebuild it"
         )
     started = time.monotonic()
-    summary = fill_from_source(config, cfg, follower, spark, partitions, progress, on_read_open)
-    publish(follower.sink)
+    summary = fill_from_source(config, follower, running, spark, partitions, progress, on_read_open)
+    publish(running.sink)
     summary.seconds = round(time.monotonic() - started, 2)
-    record_start(base, cfg.name, summary.offsets, origin="source")
-    reindex_needed.remember(config, cfg.name, follower.mappings.values())  # the shape the new store holds
+    record_start(base, follower.name, summary.offsets, origin="source")
+    reindex_needed.remember(config, follower.name, running.mappings.values())  # the shape the new store holds
     return summary
 
 
 def fill_from_source(
     config: Config,
-    cfg: FollowerConfig,
-    follower: Follower,
+    follower: FollowerConfig,
+    running: Follower,
     spark: SparkSession,
     partitions: int = 2,
     progress: Progress | None = None,
@@ -99,14 +100,14 @@ def fill_from_source(
 
     Shared by ``bootstrap --from source`` and ``reindex --from source``.
     """
-    summary, started = Summary(cfg.name), time.monotonic()
+    summary, started = Summary(follower.name), time.monotonic()
     connect = ConnectClient(config.connect.url)
-    consumer = kafka_consumer(config, f"bootstrap-{cfg.name}")
+    consumer = kafka_consumer(config, f"bootstrap-{follower.name}")
     tick = _Ticker(summary, started, progress)
-    follower.sink.stage(list(follower.mappings.values()))  # readers see nothing until publish
+    running.sink.stage(list(running.mappings.values()))  # readers see nothing until publish
     try:
-        for source, plans in _plans(config, cfg, follower):
-            _bootstrap_source(config, spark, source, plans, follower, consumer, connect, partitions, tick, on_read_open)
+        for source, plans in _plans(config, follower, running):
+            _bootstrap_source(config, spark, source, plans, running, consumer, connect, partitions, tick, on_read_open)
     finally:
         consumer.close()
     return summary
@@ -201,15 +202,15 @@ def _align(
     return window, last, row_version
 
 
-def _plans(config: Config, cfg: FollowerConfig, follower: Follower) -> list[tuple[SourceConfig, list[Plan]]]:
+def _plans(config: Config, follower: FollowerConfig, running: Follower) -> list[tuple[SourceConfig, list[Plan]]]:
     """The follower's tables grouped by source, in config order."""
     plans: dict[str, tuple[SourceConfig, list[Plan]]] = {}
-    for source, table in config.followed_tables(cfg):
+    for source, table in config.followed_tables(follower):
         topic = source.topic(table)
-        if topic in follower.mappings:
-            plans.setdefault(source.name, (source, []))[1].append(Plan(table, topic, follower.mappings[topic]))
+        if topic in running.mappings:
+            plans.setdefault(source.name, (source, []))[1].append(Plan(table, topic, running.mappings[topic]))
     if not plans:
-        raise FatalError(f"follower {cfg.name}: no table to bootstrap")
+        raise FatalError(f"follower {follower.name}: no table to bootstrap")
     return list(plans.values())
 
 
