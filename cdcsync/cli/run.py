@@ -94,8 +94,8 @@ def run(
         raise click.UsageError("no followers configured")
     spark = spark_session("cdcsync", master, config=config)
 
-    def prepare(cfg: FollowerConfig) -> str | None:  # a reindex killed after its switch left a window out
-        return finish_killed(config, cfg, spark)
+    def prepare(follower: FollowerConfig) -> str | None:  # a reindex killed after its switch left a window out
+        return finish_killed(config, follower, spark)
 
     if once:
         code = run_once(config, selected, spark, prepare)
