@@ -65,7 +65,7 @@ class Relaunch(Exception):  # noqa: N818  (an instruction, not an error)
 
 @dataclass
 class Child:
-    cfg: FollowerConfig
+    follower: FollowerConfig
     state: str = "starting"
     restarts: int = 0
     failures_in_row: int = 0
@@ -77,7 +77,7 @@ class Child:
 
     @property
     def name(self) -> str:
-        return self.cfg.name
+        return self.follower.name
 
 
 # (config of one follower) -> (its active streaming query, the topics it follows)
@@ -98,7 +98,7 @@ def backoff_s(failures_in_row: int) -> float:
 
 class Supervisor:
     def __init__(self, followers: list[FollowerConfig], start: Starter, check: Checker | None = None) -> None:
-        self.children = [Child(cfg) for cfg in followers]
+        self.children = [Child(follower) for follower in followers]
         self._start, self._check = start, check
         self._next_check = time.monotonic() + POSITION_CHECK_S
 
@@ -149,7 +149,7 @@ class Supervisor:
     def _launch(self, child: Child) -> None:
         self._set(child, "starting")
         try:
-            child.query, child.topics = self._start(child.cfg)
+            child.query, child.topics = self._start(child.follower)
         except Exception as err:  # a start that fails is a failure like any other: classified below
             self._failed(child, err, str(err))
             return
@@ -202,7 +202,7 @@ class Supervisor:
     def _check_position(self, child: Child) -> None:
         assert self._check is not None
         try:
-            self._check(child.cfg, child.topics)
+            self._check(child.follower, child.topics)
         except Relaunch as news:
             log.info("follower=%s relaunch: %s", child.name, news)
             child.query.stop()
