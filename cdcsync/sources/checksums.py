@@ -2,8 +2,8 @@
 
 The SQL that writes a row's text and sums the hashes of a range's rows where
 the source stores them. Equal stored values must give the same bytes as
-Spark's side gives the warehouse's: timestamps as microseconds since 1970
-(the warehouse's TIMESTAMP is UTC; a timestamp without zone is read as UTC),
+Spark's side gives a Delta table's: timestamps as microseconds since 1970
+(Delta's TIMESTAMP is UTC; a timestamp without zone is read as UTC),
 dates as days since 1970.
 """
 

@@ -45,14 +45,14 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
 from cdcsync.errors import ConfigError
 from cdcsync.sync.catalog import mappings_for, table_bytes
 from cdcsync.sync.keys import readable, rows_of
 from cdcsync.sync.mapping import TableMapping, canonical_doc
-from cdcsync.sync.sink import Digesting, Sink, batched
+from cdcsync.sync.sink import Digesting, Sink, batched, declares
 from cdcsync.sync.sinks import sink_class
 from cdcsync.sync.verify import ranges
 from cdcsync.sync.verify.process import PROCESS_BYTES, pairs_from_process
@@ -98,8 +98,8 @@ def verify_follower(
         if only is not None and report.table != only:
             continue
         found = None
-        if ranged and pace is None and isinstance(sink, Digesting):
-            found = ranged_pairs(source, table, mapping, sink, report, progress)
+        if ranged and pace is None and declares(type(sink), Digesting):
+            found = ranged_pairs(source, table, mapping, cast(Digesting, sink), report, progress)
         expected, held = found or both_sides(config, follower, source, table, mapping, sink, pace, progress)
         with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp:
             differing = Spill(Path(tmp) / "differing")

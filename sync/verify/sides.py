@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from cdcsync.config import SourceConfig, TableRef
 from cdcsync.sync.catalog import source_pages, source_rows
 from cdcsync.sync.keys import readable, rows_of
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id, fingerprint_bytes
-from cdcsync.sync.sink import Digesting, Sink
+from cdcsync.sync.sink import Digesting, Sink, declares
 
 T = TypeVar("T")
 PROGRESS_S = 10.0
@@ -49,8 +49,8 @@ def store_pairs(sink: Sink, target: str, pace: float | None) -> Iterator[tuple[s
     unless the pass is paced: a paced pass reads a row at a time, so that it never takes the executors
     from the followers for a partition's worth of work at once.
     """
-    if pace is None and isinstance(sink, Digesting):
-        return sink.digests(target, digest)
+    if pace is None and declares(type(sink), Digesting):
+        return cast(Digesting, sink).digests(target, digest)
     return ((ident, digest(doc)) for ident, _version, doc in paced(sink.scan(target), pace))
 
 

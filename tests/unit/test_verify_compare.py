@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from cdcsync.sync.sink import Digesting
 from cdcsync.sync.verify import compare as verify
 from cdcsync.sync.verify import spill as verify_spill
 from cdcsync.sync.verify.compare import TableReport, compare
@@ -82,8 +83,8 @@ class _Scanned:
         return ((ident, 1, doc) for ident, doc in self.rows.items())
 
 
-class _Digested(_Scanned):
-    """A store that digests its rows where they are (the warehouse's way)."""
+class _Digested(_Scanned, Digesting):
+    """A store that declares it digests its rows where they are (Delta's way)."""
 
     def digests(self, target: str, digest: object, where: str | None = None) -> Iterator[tuple[str, bytes]]:
         return ((ident, b"digested " + ident.encode()) for ident in self.rows)
@@ -95,9 +96,17 @@ class _Digested(_Scanned):
         return []
 
 
+class _Undeclared(_Scanned):
+    """A store with a ``digests`` of its own that does not declare the role."""
+
+    def digests(self, target: str, digest: object, where: str | None = None) -> Iterator[tuple[str, bytes]]:
+        raise AssertionError("a role is read from the declaration, not from the members")
+
+
 def test_a_store_that_digests_its_rows_is_read_as_digests_unless_the_pass_is_paced() -> None:
     rows: dict[str, dict[str, object]] = {"1": {"a": 1}, "2": {"a": None, "b": "x"}}
     scanned = [(ident, verify.digest(doc)) for ident, doc in rows.items()]
     assert list(verify.store_pairs(_Scanned(rows), "t", None)) == scanned
     assert list(verify.store_pairs(_Digested(rows), "t", None)) == [("1", b"digested 1"), ("2", b"digested 2")]
     assert list(verify.store_pairs(_Digested(rows), "t", 1e6)) == scanned
+    assert list(verify.store_pairs(_Undeclared(rows), "t", None)) == scanned  # digests, but never said it does

@@ -11,7 +11,7 @@ from cdcsync.sources.mariadb.connection import connect
 
 class MariaDBChecksums(Checksums):
     # MariaDB: no TIMESTAMP (read in the session's time zone) and no BIGINT UNSIGNED (a decimal kind). A date
-    # MariaDB cannot count from 1970 (the zero date) is written as its text, which no warehouse value matches.
+    # MariaDB cannot count from 1970 (the zero date) is written as its text, which no Delta value matches.
     forms: ClassVar[dict[tuple[str, str], str]] = {
         **{(t, "int"): "CAST({c} AS CHAR)" for t in ("tinyint", "smallint", "mediumint", "int", "bigint", "year")},
         ("tinyint", "bool"): "CASE WHEN {c} <> 0 THEN 'true' WHEN {c} = 0 THEN 'false' END",  # a null stays null
