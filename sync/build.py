@@ -61,6 +61,10 @@ def build_follower(
     follower of a bootstrap or reindex filling that staged generation, on the
     driver and alone, writes with the sink's ``fill_writers``.
     """
+    if follower.documents is not None:  # it keeps documents of related tables, not one target per table
+        from cdcsync.sync.documents.build import build_document_follower
+
+        return build_document_follower(config, follower, spark, open_sink=open_sink)
     mappings = mappings_for(config, follower) if mappings is None else mappings
     if not mappings:
         raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")

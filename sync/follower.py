@@ -54,6 +54,8 @@ log = logging.getLogger("cdcsync.follower")
 
 
 class Follower:
+    on_driver = False  # its batches must be applied on the driver, whatever its sink (sync.stream)
+
     def __init__(
         self,
         name: str,

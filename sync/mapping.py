@@ -80,6 +80,8 @@ class TableMapping:
     # BIGINT UNSIGNED): the Delta column's type. Other decimals (Postgres numeric holds NaN) are exact text there.
     decimals: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     widths: Mapping[str, int] = field(default_factory=dict)  # bit(n) columns' n: Debezium's bytes drop leading zeros
+    # Explicit mappings of fields no column makes, by field name: a document's nested arrays (sync.documents)
+    field_mappings: Mapping[str, Any] = field(default_factory=dict)
     # column -> (field name, type, converter or None); what map_row looks up once per column of a change
     plan: Mapping[str, tuple[str, str | None, Any]] = field(init=False, repr=False, compare=False)
     # (key column, type, id text function or None for str), in key order; what doc_id looks up per change

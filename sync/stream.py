@@ -96,7 +96,7 @@ def start_query(
         # SASL/SSL for Spark's Kafka consumer: its options prefixed kafka. (values never logged)
         .options(**{f"kafka.{k}": v for k, v in config.kafka.java_properties.items()})
     )
-    if running.sink.order_free:
+    if running.sink.order_free and not running.on_driver:
         # Split each Kafka partition's slice of a batch so every core gets a task, a full batch locally two
         # per core (sync.batching.task_options). Cores, not task slots: the local master has more (cdcsync.spark).
         context = spark.sparkContext

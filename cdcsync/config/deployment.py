@@ -45,6 +45,7 @@ from cdcsync.config.runtime import DeltaSettings, MetricsSettings, SparkSettings
 from cdcsync.config.source import SourceConfig, TableRef
 from cdcsync.errors import ConfigError
 from cdcsync.names import default_target
+from cdcsync.sources import kind_of
 
 # librdkafka (2.5 on) pushes client metrics to a broker that asks for them (KIP-714), and closing a client then waits
 # up to a second for its last push: 14 of 40 short-lived consumers took 1.0 s to close against the local broker, and
@@ -130,6 +131,8 @@ class Config(_Strict):
         # advice must be one a user can follow (a namespace.table mapping would rename both). Other tables
         # sharing a target are refused when the follower starts (sync.catalog.mappings_for), as before.
         for follower in self.followers:
+            if follower.documents is not None:  # it writes one target per document (its own rule)
+                continue
             wanted = set(follower.tables) if follower.tables is not None else None
             seen: dict[str, str] = {}
             for source in self.sources:
@@ -148,6 +151,68 @@ class Config(_Strict):
                     seen[target] = name
         return self
 
+    @model_validator(mode="after")
+    def _documents_captured(self) -> Config:
+        for follower in self.followers:
+            for name in follower.documents or {}:
+                try:
+                    self.document_tables(follower, name)
+                except ConfigError as err:  # each names the path in the config and the fix
+                    raise ValueError("; ".join(err.problems)) from None
+        return self
+
+    def document_source(self, follower: FollowerConfig, name: str) -> SourceConfig:
+        """The source of every table of document ``name``: its ``source``, else the only one configured."""
+        assert follower.documents is not None
+        document, path = follower.documents[name], f"followers[{follower.name}].documents.{name}"
+        if document.source is None:
+            if len(self.sources) != 1:
+                known = ", ".join(s.name for s in self.sources) or "none"
+                raise ConfigError([f"{path}.source: name the source of its tables (configured: {known})"])
+            return self.sources[0]
+        for source in self.sources:
+            if source.name == document.source:
+                return source
+        known = ", ".join(s.name for s in self.sources) or "none"
+        raise ConfigError([f"{path}.source: no source named {document.source!r}; configured: {known}"])
+
+    def document_tables(self, follower: FollowerConfig, name: str) -> list[tuple[str, TableRef]]:
+        """Each table of document ``name`` as its path in the config and the source's table, root first.
+
+        Every table must be one its source captures (``sources[].tables``): a document is followed
+        through the topics of its tables, and only captured tables have one.
+        """
+        assert follower.documents is not None
+        source = self.document_source(follower, name)
+        captured = ", ".join(str(t) for t in source.tables) or "none"
+        found: list[tuple[str, TableRef]] = []
+        problems: list[str] = []
+
+        def table(path: str, text: str) -> None:
+            ref = captured_table(source, text)
+            if ref is None:
+                problems.append(
+                    f"{path}: {text} is not a table source {source.name} captures; add it to "
+                    f"sources[{source.name}].tables (captured: {captured})"
+                )
+            else:
+                found.append((path, ref))
+
+        def walk(path: str, node: Any) -> None:
+            for field, child in node.children.items():
+                here = f"{path}.children.{field}"
+                table(f"{here}.table", child.table)
+                if child.through is not None:
+                    table(f"{here}.through.table", child.through.table)
+                walk(here, child)
+
+        root = f"followers[{follower.name}].documents.{name}"
+        table(f"{root}.table", follower.documents[name].table)
+        walk(root, follower.documents[name])
+        if problems:
+            raise ConfigError(problems)
+        return found
+
     def follower(self, name: str) -> FollowerConfig:
         for follower in self.followers:
             if follower.name == name:
@@ -156,7 +221,14 @@ class Config(_Strict):
         raise ConfigError([f"followers: no follower named {name!r}; configured: {known}"])
 
     def followed_tables(self, follower: FollowerConfig) -> list[tuple[SourceConfig, TableRef]]:
-        """The (source, table) pairs a follower applies, in config order."""
+        """The (source, table) pairs a follower applies, in config order (a document follower's: its documents')."""
+        if follower.documents is not None:
+            tables: dict[tuple[str, TableRef], SourceConfig] = {}
+            for name in follower.documents:
+                source = self.document_source(follower, name)
+                for _, ref in self.document_tables(follower, name):
+                    tables.setdefault((source.name, ref), source)
+            return [(source, ref) for (_, ref), source in tables.items()]
         pairs = [(s, t) for s in self.sources for t in s.tables]
         if follower.tables is None:
             return pairs
@@ -214,6 +286,13 @@ def json_copy(data: dict[str, Any]) -> dict[str, Any]:
 
     copied: dict[str, Any] = json.loads(json.dumps(data))
     return copied
+
+
+def captured_table(source: SourceConfig, text: str) -> TableRef | None:
+    """The table of ``source.tables`` that ``text`` names (``namespace.table``, or ``table`` in the default
+    namespace, as a document writes it), or None."""
+    wanted = text if "." in text else f"{kind_of(source).default_namespace(source.database)}.{text}"
+    return next((t for t in source.tables if str(t) == wanted), None)
 
 
 def _put(data: Any, path: tuple[str | int, ...], value: str) -> None:

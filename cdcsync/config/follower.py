@@ -13,6 +13,7 @@ kind a follower is.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
@@ -21,6 +22,7 @@ from pydantic import Field, SecretStr, ValidatorFunctionWrapHandler, model_valid
 
 from cdcsync.config.base import NAME_PATTERN
 from cdcsync.config.base import Strict as _Strict
+from cdcsync.config.document import DocumentConfig
 from cdcsync.config.index import IndexSettings
 from cdcsync.config.source import TableRef
 from cdcsync.names import default_target
@@ -125,6 +127,11 @@ class FollowerConfig(_Strict):
         True, description="elasticsearch: refresh the written indexes after each batch (false: refresh_interval)"
     )
     verify: VerifySettings = Field(VerifySettings(), description="the daemon's background verification")
+    documents: dict[str, DocumentConfig] | None = Field(
+        None,
+        description="name -> a nested document per row of a root table, with its related tables "
+        "(docs/documents.md); a follower keeps documents or tables, not both",
+    )
     index: IndexSettings | None = Field(
         None, description="elasticsearch: the index settings of every table (a table's mappings.<table>.index wins)"
     )
@@ -138,6 +145,7 @@ class FollowerConfig(_Strict):
     # Its store is tables under `path` that Spark itself reads and writes (Delta tables), so the session
     # reaches their file system (cdcsync.spark) and the daemon tends them (sync.delta_upkeep).
     spark_tables: ClassVar[bool] = False
+    takes_documents: ClassVar[bool] = False  # it keeps nested documents of related tables (docs/documents.md)
     _kinds: ClassVar[dict[str, type[FollowerConfig]]] = {}  # kind -> its class, each class adding itself
 
     @classmethod
@@ -245,6 +253,43 @@ class FollowerConfig(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _documents_or_tables(self) -> FollowerConfig:
+        if self.documents is None:
+            return self
+        if not self.takes_documents:
+            kinds = sorted(k for k, c in FollowerConfig._kinds.items() if c.takes_documents)
+            raise ValueError(
+                f"follower {self.name}: documents: a {self.kind} follower keeps tables; {' and '.join(kinds)} "
+                "followers keep documents (remove documents, or use one of those kinds)"
+            )
+        if not self.documents:
+            raise ValueError(f"follower {self.name}: documents: name at least one, or remove the key")
+        both = [k for k in ("tables", "mappings") if getattr(self, k)]
+        if both:
+            raise ValueError(
+                f"follower {self.name}: {' and '.join(both)} with documents: a follower keeps documents or tables, "
+                "not both; make a second follower for the tables"
+            )
+        bad = [name for name in self.documents if not re.match(NAME_PATTERN, name)]
+        if bad:
+            raise ValueError(f"follower {self.name}: documents: name(s) {bad} must match {NAME_PATTERN}")
+        targets: dict[str, str] = {}
+        for name, document in self.documents.items():
+            target = document.target or name
+            if target in targets:
+                raise ValueError(
+                    f"follower {self.name}: documents {targets[target]} and {name} both write {target!r}; set a "
+                    "target for one of them"
+                )
+            targets[target] = name
+        return self
+
+    def document_target(self, name: str) -> str:
+        """The index or key space of document ``name``: its ``target``, else its name."""
+        assert self.documents is not None
+        return self.documents[name].target or name
+
     def mapping_for(self, source: str, table: TableRef) -> TableMappingConfig | None:
         """The mapping a source's table takes: keyed by ``source.namespace.table``, else by ``namespace.table``."""
         return self.mappings.get(f"{source}.{table}") or self.mappings.get(str(table))
@@ -279,6 +324,7 @@ class ElasticsearchFollowerConfig(FollowerConfig):
     default_batch_bytes = 64 * 1024 * 1024
     url_schemes = ("http", "https")
     takes_index = True
+    takes_documents = True
 
     def _check_credentials(self) -> None:
         if (self.username is None) != (self.password is None):
@@ -297,6 +343,7 @@ class RedisFollowerConfig(FollowerConfig):
     default_batch_records = 200_000
     default_batch_bytes = 64 * 1024 * 1024
     url_schemes = ("redis", "rediss", "unix")
+    takes_documents = True
 
     def _check_credentials(self) -> None:
         if self.api_key is not None:

@@ -60,12 +60,19 @@ def reference() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def sections(model: type[BaseModel], path: str) -> list[tuple[str, type[BaseModel]]]:
-    """``model`` and every model its fields hold, depth first, each with the path a config writes it at."""
+def sections(
+    model: type[BaseModel], path: str, above: tuple[type[BaseModel], ...] = ()
+) -> list[tuple[str, type[BaseModel]]]:
+    """``model`` and every model its fields hold, depth first, each with the path a config writes it at.
+
+    A model inside itself (a document's children) is listed once, at its first path.
+    """
     found = [(path, model)]
     for name, field in model.model_fields.items():
         for inner, suffix in nested(field.annotation):
-            found += sections(inner, f"{path}.{name}{suffix}" if path else f"{name}{suffix}")
+            if inner in (*above, model):
+                continue
+            found += sections(inner, f"{path}.{name}{suffix}" if path else f"{name}{suffix}", (*above, model))
     return found
 
 

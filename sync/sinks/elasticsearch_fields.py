@@ -121,6 +121,7 @@ def properties(mapping: TableMapping, own: dict[str, Any]) -> dict[str, Any]:
     for name, kind in fields.values():
         if kind in FIELD_TYPES:
             props[name] = FIELD_TYPES[kind]
+    props.update(mapping.field_mappings)
     return props
 
 

@@ -1,0 +1,183 @@
+"""A follower that keeps documents: a batch's changes go to the mirror, then its dirty roots' documents to the sink.
+
+Per batch, in this order (what makes a crash safe, as for rows: ``sync.follower``):
+
+1. parse and map each record, keep the last change per key in each chunk,
+   dead-letter what cannot be parsed (``Follower._mapped_chunks``, shared);
+2. in one transaction: apply each change to the mirror under the version rule,
+   and mark the roots it touches dirty (``sync.documents.engine``); commit;
+3. rebuild the dirty roots' documents, a page at a time, write them under the
+   apply rule with their document versions, and take each page off the dirty
+   list once written; a document the store refuses, or one past the nested
+   objects' limit, goes to the dead-letter topic with the reason;
+4. return, and only then does Spark record the batch's offsets.
+
+A crash after 2 leaves the roots dirty; the replayed batch applies nothing
+(each change is already there) and writes them. The counts add up over
+records as a row follower's do (``applied``: changes the mirror took);
+documents written and refused are logged per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import orjson
+
+from cdcsync.events import Change, Record
+from cdcsync.sync import deadline
+from cdcsync.sync.batch_counts import BatchCounts
+from cdcsync.sync.dead_letters import DeadLetters
+from cdcsync.sync.documents.engine import NESTED_LIMIT, Built, Documents, specs
+from cdcsync.sync.documents.mirror import Mirror
+from cdcsync.sync.documents.tree import Node, Tree
+from cdcsync.sync.follower import Follower
+from cdcsync.sync.mapping import Row, TableMapping
+from cdcsync.sync.sink import Sink
+
+log = logging.getLogger("cdcsync.documents")
+
+PAGE = 500  # dirty roots rebuilt and written at a time: a fan-out to a million roots is written in pages
+
+
+class DocumentFollower(Follower):
+    """A ``Follower`` whose tables feed documents (``trees``) instead of one target each."""
+
+    on_driver = True  # the mirror is a file on the driver: batches are read there (sync.stream)
+
+    def __init__(
+        self,
+        name: str,
+        sink: Sink,
+        mappings: Mapping[str, TableMapping],
+        dead_letters: DeadLetters,
+        trees: Iterable[Tree],
+        mirror_path: Path,
+        max_attempts: int = 8,
+        chunk_bytes: int | None = None,
+        nested_limit: int = NESTED_LIMIT,
+    ) -> None:
+        super().__init__(name, sink, mappings, dead_letters, max_attempts=max_attempts, writers=1,
+                         chunk_bytes=chunk_bytes)  # fmt: skip
+        self.trees = list(trees)
+        self.mirror = Mirror(mirror_path, specs(self.trees), [t.name for t in self.trees])
+        self.documents = Documents(self.trees, self.mirror)
+        self.nested_limit = nested_limit
+        self._root_source = {t.name: next(m for m in mappings.values() if m.table == t.root.table) for t in self.trees}
+        self._root_topic = {t.name: t.root.topic for t in self.trees}
+
+    def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
+        started = time.monotonic()
+        counts = BatchCounts()
+        self.lacked.clear()
+        self.failed.clear()
+        applied: list[Row] = []
+        self.mirror.begin()
+        try:
+            for rows, _ in self._mapped_chunks(records, counts):
+                done, older = self.documents.apply(rows)
+                applied.extend(r for r in done)
+                counts.older += older
+                deadline.progress(self.name)
+            self.mirror.commit()
+        except BaseException:
+            self.mirror.rollback()
+            raise
+        counts.applied = len(applied)
+        written, refused = self.write_dirty(batch_id, counts)
+        now_ms = time.time() * 1000
+        for row in applied:  # a change is in its documents once they are written: its freshness ends here
+            change = row.change
+            counts.applied_by_op[change.op] = counts.applied_by_op.get(change.op, 0) + 1
+            if change.commit_ts_ms:
+                counts.lags_s.append(max(now_ms - change.commit_ts_ms, 0) / 1000)
+                counts.newest_commit_ms[change.table] = max(
+                    change.commit_ts_ms, counts.newest_commit_ms.get(change.table, 0)
+                )
+        if written or refused:
+            log.info("follower=%s batch=%d documents_written=%d documents_refused=%d", self.name, batch_id,
+                     written, refused)  # fmt: skip
+        return self._finish(batch_id, counts, started)
+
+    def write_dirty(self, batch_id: int, counts: BatchCounts) -> tuple[int, int]:
+        """Write every dirty root's document, a page at a time; (documents written, refused)."""
+        written = refused = 0
+        for tree in self.trees:
+            while True:
+                page = self.documents.rebuilt(tree, PAGE)
+                if not page:
+                    break
+                rows: list[Row] = []
+                for built in page:
+                    if built.nested > self.nested_limit:
+                        refused += 1
+                        self._refuse(tree, built, f"document {tree.name} {built.key!r} holds {built.nested} nested "
+                                     f"objects, past the limit of {self.nested_limit} (Elasticsearch's "
+                                     "index.mapping.nested_objects.limit): not written; map the largest array as "
+                                     "object (nested: false), or raise the limit on the index and here")  # fmt: skip
+                        continue
+                    rows.append(self._row(tree, built))
+                result = self._write(batch_id, rows, counts) if rows else None
+                if result is not None:
+                    written += result.applied + result.older
+                    for row, reason in result.rejected:
+                        refused += 1
+                        self._refuse(tree, Built(row.doc_id, row.version, row.doc, 0), reason)
+                self.mirror.written(tree.name, {b.key: b.version for b in page})
+                deadline.progress(self.name)
+        return written, refused
+
+    def _row(self, tree: Tree, built: Built) -> Row:
+        source = self._root_source[tree.name]
+        change = Change(
+            source="",
+            table=source.table,
+            op="d" if built.doc is None else "u",
+            key={},
+            after=built.doc,
+            commit_ts_ms=None,
+            version=built.version,
+            topic=self._root_topic[tree.name],
+            partition=-1,
+            offset=-1,
+        )
+        return Row(change, tree.target, built.key, built.doc)
+
+    def _refuse(self, tree: Tree, built: Built, reason: str) -> None:
+        log.error("follower=%s document=%s key=%s refused: %s", self.name, tree.name, built.key, reason)
+        value = orjson.dumps({"document": tree.name, "after": built.doc}, default=str)
+        record = Record(self._root_topic[tree.name], -1, -1, orjson.dumps({"id": built.key}), value)
+        self.dead_letters.send(record, "document", reason)
+
+    def make_visible(self, counts: BatchCounts) -> None:
+        self.sink.make_visible([tree.target for tree in self.trees])
+
+    def targets(self) -> list[TableMapping]:
+        """A ``TableMapping`` per document, as the sink opens its target (``sync.documents.build``)."""
+        return [document_mapping(tree) for tree in self.trees]
+
+
+def document_mapping(tree: Tree) -> TableMapping:
+    """The sink's view of a document's target: its top-level fields, untyped, and the nested fields declared."""
+    return TableMapping(
+        table=tree.root.table,
+        target=tree.target,
+        key_columns=tree.root.key,
+        include=(),
+        field_mappings=_properties(tree.root),
+    )
+
+
+def _properties(node: Node) -> dict[str, object]:
+    """Elasticsearch's explicit mappings for the nested arrays under ``node``, at every level."""
+    props: dict[str, object] = {}
+    for child in node.children:
+        inner = _properties(child)
+        if child.nested:
+            props[child.field] = {"type": "nested", **({"properties": inner} if inner else {})}
+        elif inner:
+            props[child.field] = {"properties": inner}
+    return props

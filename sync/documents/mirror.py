@@ -1,0 +1,174 @@
+"""A document follower's state on disk: each table's rows as the documents use them, and the roots to rebuild.
+
+One SQLite database per follower (``<state>/documents/<follower>/mirror.sqlite``),
+written only by the follower's query on the driver:
+
+- ``r<i>``: table *i*'s rows, ``k`` (the row's document id, ``sync.mapping.doc_id``),
+  ``v`` (the version of the change it holds) and ``doc`` (the columns the documents
+  use, canonical values, pickled; NULL once deleted: the version stays, so a replayed
+  older change of the key is still refused);
+- ``l<i>_<j>``: an index of table *i*'s live rows by the link value of some of its
+  columns (a foreign key, or columns a foreign key references), one per such set;
+- ``roots_<d>``: document *d*'s roots as last written, with the version written;
+- ``dirty_<d>``: roots of document *d* that changed and are not written yet, with the
+  newest version that changed them.
+
+A batch's changes and the roots they dirty commit in one transaction, before
+any document is written; a root leaves ``dirty`` in the transaction that
+records its written version. A crash anywhere leaves the roots still to write
+in ``dirty``, and the replayed batch finds every change already applied (the
+version rule): the documents are written on the next batch. Pickle round-trips
+every canonical value (``Decimal``, ``datetime``, ``bytes``) as it is; the
+file is the follower's own, under the private state directory.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Doc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What the mirror keeps of one table: the columns the documents use, and the column sets it indexes."""
+
+    columns: frozenset[str]
+    indexes: tuple[tuple[str, ...], ...] = ()
+    links: Mapping[tuple[str, ...], Any] = field(default_factory=dict)  # columns -> Link (its value())
+
+
+class Mirror:
+    def __init__(self, path: Path, tables: Mapping[str, TableSpec], documents: Sequence[str]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = path
+        self.tables = dict(tables)
+        self._ids = {table: i for i, table in enumerate(sorted(tables))}
+        self._docs = {name: i for i, name in enumerate(sorted(documents))}
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")  # a committed batch survives a power loss too
+        self._names = self._schema()
+
+    def _schema(self) -> dict[Any, str]:
+        """Create what is missing; the tables are named by number, their names kept in ``meta``."""
+        db = self._db
+        db.execute("CREATE TABLE IF NOT EXISTS meta (what TEXT PRIMARY KEY, name TEXT NOT NULL)")
+        known = dict(db.execute("SELECT what, name FROM meta"))
+        names: dict[Any, str] = {}
+        db.execute("BEGIN")
+        for table, spec in self.tables.items():
+            rows = self._sql_name(known, f"rows:{table}", "r")
+            db.execute(f"CREATE TABLE IF NOT EXISTS {rows} (k TEXT PRIMARY KEY, v INTEGER NOT NULL, doc BLOB)")
+            names[table] = rows
+            for columns in spec.indexes:
+                index = self._sql_name(known, f"link:{table}:{','.join(columns)}", "l")
+                db.execute(f"CREATE TABLE IF NOT EXISTS {index} (v TEXT NOT NULL, k TEXT NOT NULL, PRIMARY KEY (v, k))"
+                           " WITHOUT ROWID")  # fmt: skip
+                names[(table, columns)] = index
+        for document in self._docs:
+            roots = self._sql_name(known, f"roots:{document}", "roots")
+            dirty = self._sql_name(known, f"dirty:{document}", "dirty")
+            db.execute(f"CREATE TABLE IF NOT EXISTS {roots} (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
+            db.execute(f"CREATE TABLE IF NOT EXISTS {dirty} (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
+            names[("roots", document)], names[("dirty", document)] = roots, dirty
+        db.execute("COMMIT")
+        return names
+
+    def _sql_name(self, known: dict[str, str], what: str, prefix: str) -> str:
+        if what not in known:
+            known[what] = f"{prefix}{len(known)}"
+            self._db.execute("INSERT INTO meta VALUES (?, ?)", (what, known[what]))
+        return known[what]
+
+    # -- a batch ---------------------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self._db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+
+    def get(self, table: str, key: str) -> tuple[int, Doc | None] | None:
+        """The version the mirror holds for a row, and its document (None: deleted); None: never seen."""
+        found = self._db.execute(f"SELECT v, doc FROM {self._names[table]} WHERE k = ?", (key,)).fetchone()
+        if found is None:
+            return None
+        return found[0], (pickle.loads(found[1]) if found[1] is not None else None)
+
+    def put(self, table: str, key: str, version: int, doc: Doc | None, old: Doc | None) -> None:
+        """Hold ``doc`` (None: deleted) at ``version`` for the row; ``old`` is what it held, for its indexes."""
+        spec = self.tables[table]
+        kept = None if doc is None else {c: doc.get(c) for c in spec.columns}
+        blob = None if kept is None else pickle.dumps(kept, protocol=5)
+        self._db.execute(f"INSERT OR REPLACE INTO {self._names[table]} VALUES (?, ?, ?)", (key, version, blob))
+        for columns in spec.indexes:
+            link = spec.links[columns]
+            before, after = link.value(old), link.value(doc)
+            if before == after:
+                continue
+            index = self._names[(table, columns)]
+            if before is not None:
+                self._db.execute(f"DELETE FROM {index} WHERE v = ? AND k = ?", (before, key))
+            if after is not None:
+                self._db.execute(f"INSERT OR IGNORE INTO {index} VALUES (?, ?)", (after, key))
+
+    def live(self, table: str, keys: Iterable[str]) -> Iterator[tuple[str, int, Doc]]:
+        """The live rows among ``keys`` (key, version, document), in key order."""
+        rows = self._names[table]
+        for key in sorted(set(keys)):
+            found = self._db.execute(f"SELECT v, doc FROM {rows} WHERE k = ?", (key,)).fetchone()
+            if found is not None and found[1] is not None:
+                yield key, found[0], pickle.loads(found[1])
+
+    def keys_by(self, table: str, columns: tuple[str, ...], value: str) -> list[str]:
+        """Keys of ``table``'s live rows whose ``columns`` have the link value ``value``, in key order."""
+        index = self._names[(table, columns)]
+        return [k for (k,) in self._db.execute(f"SELECT k FROM {index} WHERE v = ? ORDER BY k", (value,))]
+
+    # -- roots -----------------------------------------------------------------------------------------------
+
+    def dirty(self, document: str, roots: Mapping[str, int]) -> None:
+        """Mark ``roots`` (root key -> the version of the change) of ``document`` for a rebuild."""
+        table = self._names[("dirty", document)]
+        self._db.executemany(
+            f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = max(v, excluded.v)", roots.items()
+        )
+
+    def pending(self, document: str, limit: int) -> list[tuple[str, int, int]]:
+        """Up to ``limit`` roots to rebuild: (key, the newest version that changed it, the version last written)."""
+        dirty, roots = self._names[("dirty", document)], self._names[("roots", document)]
+        return list(
+            self._db.execute(
+                f"SELECT d.k, d.v, coalesce(r.v, -1) FROM {dirty} d LEFT JOIN {roots} r ON r.k = d.k ORDER BY d.k "
+                "LIMIT ?",
+                (limit,),
+            )
+        )
+
+    def pending_count(self, document: str) -> int:
+        return int(self._db.execute(f"SELECT count(*) FROM {self._names[('dirty', document)]}").fetchone()[0])
+
+    def written(self, document: str, versions: Mapping[str, int]) -> None:
+        """Record the versions written for these roots and take them off the dirty list, in one transaction."""
+        dirty, roots = self._names[("dirty", document)], self._names[("roots", document)]
+        self.begin()
+        try:
+            self._db.executemany(f"INSERT OR REPLACE INTO {roots} VALUES (?, ?)", versions.items())
+            self._db.executemany(f"DELETE FROM {dirty} WHERE k = ?", ((k,) for k in versions))
+            self.commit()
+        except BaseException:
+            self.rollback()
+            raise
+
+    def close(self) -> None:
+        self._db.close()
