@@ -1,0 +1,278 @@
+"""Documents end to end: a shop's tables in Postgres -> Debezium -> Kafka -> document followers -> Elasticsearch
+and Redis; every document then compared with the one SQL builds from the source (``verify_documents``).
+
+The changes cover each way a document changes: a child inserted, updated, moved to another parent and deleted,
+a parent's key updated (its children follow by ON UPDATE CASCADE), a middle level changed (fan-out to every
+document holding it), the join table's rows, a hot parent with 200 children, deletes at every level.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from elasticsearch import Elasticsearch
+
+from cdcsync.config import Config
+from cdcsync.connectors.apply import apply
+from cdcsync.sync.build import build_follower
+from cdcsync.sync.documents.verify import verify_documents
+from cdcsync.sync.sinks import build_sink
+from cdcsync.sync.stream import start_query
+from tests.support import ENV, drop_capture, execute, read_topic, source_dict, uid, wait_streaming
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from cdcsync.spark import spark_session
+
+    session = spark_session("cdcsync-document-tests")
+    yield session
+    session.stop()
+
+
+def shop(tag: str) -> tuple[list[str], dict[str, str]]:
+    """DDL of a shop's tables named after ``tag``, and each table's name by role."""
+    t = {r: f"{r}_{tag}" for r in ("customers", "products", "orders", "lines", "tags", "order_tags", "tick")}
+    ddl = [
+        f"CREATE TABLE {t['customers']} (id INT PRIMARY KEY, name TEXT NOT NULL, tier TEXT)",
+        f"CREATE TABLE {t['products']} (sku TEXT PRIMARY KEY, title TEXT NOT NULL, price NUMERIC(10,2))",
+        f"CREATE TABLE {t['orders']} (id INT PRIMARY KEY, customer_id INT, status TEXT NOT NULL, "
+        "placed_at TIMESTAMPTZ NOT NULL DEFAULT '2026-01-02 03:04:05+00')",
+        f"CREATE TABLE {t['lines']} (order_id INT NOT NULL REFERENCES {t['orders']} ON UPDATE CASCADE "
+        "ON DELETE CASCADE, n INT NOT NULL, sku TEXT, qty INT NOT NULL, PRIMARY KEY (order_id, n))",
+        f"CREATE TABLE {t['tags']} (id INT PRIMARY KEY, label TEXT NOT NULL)",
+        f"CREATE TABLE {t['order_tags']} (order_id INT NOT NULL REFERENCES {t['orders']} ON UPDATE CASCADE "
+        "ON DELETE CASCADE, tag_id INT NOT NULL, PRIMARY KEY (order_id, tag_id))",
+        f"CREATE TABLE {t['tick']} (id INT PRIMARY KEY)",
+        f"INSERT INTO {t['customers']} SELECT g, 'customer ' || g, 'gold' FROM generate_series(1, 5) g",
+        f"INSERT INTO {t['products']} SELECT 'p' || g, 'product ' || g, g * 1.25 FROM generate_series(1, 5) g",
+        f"INSERT INTO {t['tags']} SELECT g, 'tag ' || g FROM generate_series(1, 4) g",
+        f"INSERT INTO {t['orders']} (id, customer_id, status) SELECT g, 1 + g % 5, 'new' FROM generate_series(1, 20) g",
+        f"INSERT INTO {t['lines']} SELECT o, n, 'p' || (1 + (o + n) % 5), n FROM generate_series(1, 20) o, "
+        "generate_series(1, 3) n",
+        f"INSERT INTO {t['order_tags']} SELECT o, 1 + o % 4 FROM generate_series(1, 20) o",
+        f"INSERT INTO {t['tick']} VALUES (0)",
+    ]
+    return ddl, t
+
+
+def documents(t: dict[str, str]) -> dict[str, Any]:
+    order = {
+        "table": f"public.{t['orders']}",
+        "target": "orders",
+        "columns": ["id", "status", "placed_at"],
+        "rename": {"status": "state"},
+        "children": {
+            "customer": {
+                "table": t["customers"],
+                "relation": "many_to_one",
+                "foreign_key": "customer_id",
+                "columns": ["id", "name"],
+            },  # fmt: skip
+            "lines": {
+                "table": t["lines"],
+                "relation": "one_to_many",
+                "foreign_key": "order_id",
+                "columns": ["n", "qty"],
+                "nested": True,
+                "children": {
+                    "product": {
+                        "table": t["products"],
+                        "relation": "many_to_one",
+                        "foreign_key": "sku",
+                        "columns": ["sku", "title", "price"],
+                    },  # fmt: skip
+                },
+            },
+            "tags": {
+                "table": t["tags"],
+                "relation": "many_to_many",
+                "through": {"table": t["order_tags"], "parent_key": "order_id", "child_key": "tag_id"},
+                "scalar": "label",
+            },
+        },
+    }
+    customer = {  # three levels below the root
+        "table": t["customers"],
+        "target": "customers",
+        "children": {
+            "orders": {
+                "table": t["orders"],
+                "relation": "one_to_many",
+                "foreign_key": "customer_id",
+                "columns": ["id", "status"],
+                "children": {
+                    "lines": {
+                        "table": t["lines"],
+                        "relation": "one_to_many",
+                        "foreign_key": "order_id",
+                        "columns": ["n", "qty"],
+                        "children": {
+                            "product": {
+                                "table": t["products"],
+                                "relation": "many_to_one",
+                                "foreign_key": "sku",
+                                "columns": ["title"],
+                            },  # fmt: skip
+                        },
+                    }
+                },
+            }
+        },
+    }
+    return {"orders": order, "customers": customer}
+
+
+class Shop:
+    def __init__(self, spark: Any, tmp: Path) -> None:
+        self.tag = f"d{uid()}"
+        ddl, self.t = shop(self.tag)
+        execute("postgres", *ddl)
+        docs = documents(self.t)
+        tables = [f"public.{name}" for name in self.t.values()]
+        self.config = Config.model_validate(
+            {
+                "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
+                "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
+                "sources": [source_dict("postgres", f"{self.tag}_pg", tables)],
+                "followers": [
+                    {"name": "search", "kind": "elasticsearch", "url": f"http://127.0.0.1:{ENV['ES_PORT']}",
+                     "prefix": f"{self.tag}-", "dead_letter_topic": f"dlq.{self.tag}.search",
+                     "checkpoint_dir": str(tmp / "ckpt-search"), "documents": docs},
+                    {"name": "cache", "kind": "redis", "url": f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0",
+                     "prefix": self.tag, "dead_letter_topic": f"dlq.{self.tag}.cache",
+                     "checkpoint_dir": str(tmp / "ckpt-cache"), "documents": {"orders": docs["orders"]}},
+                ],
+                "state_dir": str(tmp),
+            }
+        )  # fmt: skip
+        self.spark = spark
+        self.ticks = 0
+        self.running: dict[str, Any] = {}
+
+    def run_once(self) -> None:
+        """Apply everything committed so far, as `cdcsync run --once`."""
+        self.ticks += 1
+        execute("postgres", f"INSERT INTO {self.t['tick']} VALUES ({self.ticks})")
+        source = self.config.sources[0]
+        tick = next(t for t in source.tables if t.table == self.t["tick"])
+        read_topic(source.topic(tick), lambda rs: any(r.key == {"id": self.ticks} for r in rs), timeout=180)
+        for follower in self.config.followers:
+            running = self.running.get(follower.name) or build_follower(self.config, follower, self.spark)
+            self.running[follower.name] = running
+            query = start_query(self.spark, self.config, follower, running, once=True)
+            query.awaitTermination(600)
+            assert query.exception() is None, query.exception()
+
+    def assert_converged(self) -> None:
+        for follower in self.config.followers:
+            sink = build_sink(self.config, follower, self.spark)
+            for report in verify_documents(self.config, follower, sink):
+                assert report.clean, report.as_dict()
+                assert report.source_rows > 0, report.as_dict()
+            sink.close()
+
+    def close(self) -> None:
+        for running in self.running.values():
+            running.sink.close()
+            running.mirror.close()
+        drop_capture(self.config)
+        es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
+        es.indices.delete(index=f"{self.tag}-*", ignore_unavailable=True, allow_no_indices=True)
+        r = redis.Redis(port=int(ENV["REDIS_PORT"]))
+        for key in r.scan_iter(f"{self.tag}*", count=1000):
+            r.delete(key)
+        for name in ("order_tags", "lines", "orders", "tags", "products", "customers", "tick"):
+            execute("postgres", f"DROP TABLE IF EXISTS {self.t[name]}")
+
+
+@pytest.fixture
+def store(spark: Any, tmp_path: Path) -> Iterator[Shop]:
+    s = Shop(spark, tmp_path)
+    try:
+        apply(s.config)
+        wait_streaming(s.config)
+        yield s
+    finally:
+        s.close()
+
+
+def es_doc(shop: Shop, target: str, key: str) -> dict[str, Any]:
+    es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
+    return es.get(index=f"{shop.tag}-{target}", id=key)["_source"]
+
+
+def test_every_change_of_a_related_table_reaches_the_documents_it_belongs_to(store: Shop) -> None:
+    t = store.t
+    store.run_once()
+    store.assert_converged()
+    first = es_doc(store, "orders", "1")
+    assert [line["n"] for line in first["lines"]] == [1, 2, 3]
+    assert first["customer"] == {"id": 2, "name": "customer 2"} and first["tags"] == ["tag 2"]
+    mapping = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").indices.get_mapping(index=f"{store.tag}-orders")
+    assert next(iter(mapping.values()))["mappings"]["properties"]["lines"]["type"] == "nested"
+
+    execute(
+        "postgres",
+        # a child inserted, updated, moved to another parent, deleted
+        f"INSERT INTO {t['lines']} VALUES (1, 4, 'p1', 7)",
+        f"UPDATE {t['lines']} SET qty = 99 WHERE order_id = 2 AND n = 1",
+        f"UPDATE {t['lines']} SET order_id = 3, n = 10 WHERE order_id = 2 AND n = 2",
+        f"DELETE FROM {t['lines']} WHERE order_id = 4 AND n = 3",
+        # an order moved to another customer; a parent's key updated, its lines and tags following (CASCADE)
+        f"UPDATE {t['orders']} SET customer_id = 5 WHERE id = 6",
+        f"UPDATE {t['orders']} SET id = 1000 WHERE id = 7",
+        # a middle level changed (every order with a line of p3) and one deleted (its lines keep a dangling sku)
+        f"UPDATE {t['products']} SET title = 'renamed', price = 0.01 WHERE sku = 'p3'",
+        f"DELETE FROM {t['products']} WHERE sku = 'p4'",
+        # the join table and the tags behind it
+        f"INSERT INTO {t['order_tags']} VALUES (1, 3), (1, 4)",
+        f"DELETE FROM {t['order_tags']} WHERE order_id = 5",
+        f"UPDATE {t['tags']} SET label = 'relabelled' WHERE id = 3",
+        # deletes at every level: a customer (orders keep a dangling customer_id), an order (cascading), a tag
+        f"DELETE FROM {t['customers']} WHERE id = 4",
+        f"DELETE FROM {t['orders']} WHERE id = 8",
+        f"DELETE FROM {t['tags']} WHERE id = 2",
+        # a hot parent: 200 lines under one order, in one transaction
+        f"INSERT INTO {t['lines']} SELECT 9, n, 'p' || (1 + n % 5), n FROM generate_series(100, 299) n",
+    )
+    store.run_once()
+    store.assert_converged()
+    assert len(es_doc(store, "orders", "9")["lines"]) == 203
+    assert es_doc(store, "orders", "1000")["id"] == 1000
+    cache = redis.Redis(port=int(ENV["REDIS_PORT"]), decode_responses=True)
+    assert not cache.exists(f"{store.tag}:orders:7") or not cache.hgetall(f"{store.tag}:orders:7")
+    assert json.loads(cache.hget(f"{store.tag}:orders:1000", "lines") or "[]")
+
+    # The same rows again in one transaction touching every table: documents built from the newest state
+    execute(
+        "postgres",
+        f"UPDATE {t['customers']} SET name = name || '!'",
+        f"UPDATE {t['orders']} SET status = 'paid' WHERE id % 2 = 0",
+        f"DELETE FROM {t['lines']} WHERE n = 1",
+        f"UPDATE {t['products']} SET title = title || '+'",
+    )
+    store.run_once()
+    store.assert_converged()
+
+    # verify sees a document that differs, one missing and one the source has no root for
+    es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
+    held = es_doc(store, "orders", "3")
+    es.index(index=f"{store.tag}-orders", id="3", document={**held, "lines": held["lines"][1:]}, refresh=True)
+    cache.delete(f"{store.tag}:orders:5")
+    stray = {**cache.hgetall(f"{store.tag}:orders:3")}
+    cache.hset(f"{store.tag}:orders:7777", mapping=stray)
+    search = store.config.follower("search")
+    (orders, customers) = verify_documents(store.config, search, build_sink(store.config, search, store.spark))
+    assert (orders.stale, orders.missing, orders.extra) == (["3"], [], []), orders.as_dict()
+    assert set(orders.differing["3"]) == {"lines"}
+    assert customers.clean and customers.source_rows == 4, customers.as_dict()
+    cached = store.config.follower("cache")
+    (orders,) = verify_documents(store.config, cached, build_sink(store.config, cached, store.spark))
+    assert (orders.stale, orders.missing, orders.extra) == ([], ["5"], ["7777"]), orders.as_dict()
+    assert orders.source_rows == 19
