@@ -61,13 +61,26 @@ class MarkerPurge:
             raise RetryableError("; ".join(failed))
         return removed
 
+    def targets(self, follower: FollowerConfig) -> list[tuple[str, str, float]]:
+        """Each target of the follower: (its table, or its document as ``documents.<name>``; the target; the
+        compaction horizon of its source)."""
+        if follower.documents is not None:
+            return [
+                (f"documents.{name}", follower.document_target(name),
+                 self.config.document_source(follower, name).compaction_horizon_s)
+                for name in follower.documents
+            ]  # fmt: skip
+        return [
+            (str(table), follower.target_for(source.name, table), source.compaction_horizon_s)
+            for source, table in self.config.followed_tables(follower)
+        ]
+
     def purge(self, follower: FollowerConfig, now: float) -> dict[tuple[str, str], int]:
         removed: dict[tuple[str, str], int] = {}
         sink = build_sink(self.config, follower, None)
         purger = cast(PurgesMarkers, sink)  # its class declares the role (purges_markers chose the followers)
         try:
-            for source, table in self.config.followed_tables(follower):
-                target, horizon_s = follower.target_for(source.name, table), source.compaction_horizon_s
+            for table, target, horizon_s in self.targets(follower):
                 started = time.monotonic()
                 done = purger.purge_markers(target, horizon_s, now)
                 removed[follower.name, str(table)] = done.purged

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from cdcsync.cli import load, origin_option
+from cdcsync.cli import load, origin_option, tables_only
 
 
 @click.command("bootstrap")
@@ -43,6 +43,11 @@ def bootstrap(
 
     config = load(ctx)
     cfg = config.follower(follower)
+    tables_only(
+        cfg,
+        "bootstrap",
+        f"A document follower fills its store from the topics when it first runs: `cdcsync run {cfg.name}`",
+    )
     with follower_lock(base_dir(config), cfg.name, f"bootstrap {cfg.name}"):  # one run per follower
         spark = None
         if needs_spark(cfg) or origin == "source":

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from cdcsync.cli import load, origin_option
+from cdcsync.cli import load, origin_option, tables_only
 
 
 @click.command("reindex")
@@ -34,6 +34,9 @@ def reindex(ctx: click.Context, follower: str, table: str | None, origin: str, a
 
     config = load(ctx)
     cfg = config.follower(follower)
+    tables_only(
+        cfg, "reindex", "A document follower's reindex is not there yet: `cdcsync verify` says which documents differ"
+    )
     spark = None
     if needs_spark(cfg) or origin == "source":
         from cdcsync.spark import spark_session

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from cdcsync.cli import load
+from cdcsync.cli import load, tables_only
 
 
 @click.command("repair")
@@ -40,6 +40,7 @@ def repair(
 
     config = load(ctx)
     chosen = config.follower(follower)
+    tables_only(chosen, "repair", f"`cdcsync verify {chosen.name}` names the documents that differ")
     spark = None
     if needs_spark(chosen):
         from cdcsync.spark import spark_session

@@ -12,6 +12,7 @@ from cdcsync.cli import load
 @click.command("verify")
 @click.argument("followers", nargs=-1)
 @click.option("--table", "only", metavar="SOURCE.NAMESPACE.TABLE", help="Only this table.")
+@click.option("--document", metavar="NAME", help="Only this document (a follower that keeps documents).")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the report as JSON, every listed id (`repair --from` reads it)."
 )
@@ -21,7 +22,9 @@ from cdcsync.cli import load
     help="Compare every row, never sums of ranges of them where the store and the source compute them.",
 )
 @click.pass_context
-def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_json: bool, by_row: bool) -> None:
+def verify(
+    ctx: click.Context, followers: tuple[str, ...], only: str | None, document: str | None, as_json: bool, by_row: bool
+) -> None:
     """Compare source tables with each follower's store row by row. Exit 1 on any divergence.
 
     Reports rows missing from the store, extra rows, and stale rows (present
@@ -33,9 +36,13 @@ def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_
     compared by ranges of keys first, each summed where it is stored; only
     the ranges that differ are read row by row (docs/followers.md, "Range
     checksums").
+
+    A follower that keeps documents has each document built from the source
+    with SQL and compared with the stored one (docs/documents.md).
     """
     from cdcsync.snapshot.reindex import killed_line
     from cdcsync.sync import reindex_needed
+    from cdcsync.sync.documents.verify import verify_documents
     from cdcsync.sync.sinks import build_sink, needs_spark
     from cdcsync.sync.verify.compare import verify_follower
 
@@ -53,9 +60,15 @@ def verify(ctx: click.Context, followers: tuple[str, ...], only: str | None, as_
             click.echo(f"warning: {killed}", err=True)
         for line in reindex_needed.lines(config, follower.name):
             click.echo(f"warning: {line}", err=True)
+        if (document if follower.documents is None else only) is not None:
+            wrong, keeps = ("--document", "tables") if follower.documents is None else ("--table", "documents")
+            raise click.UsageError(f"{wrong}: follower {follower.name} keeps {keeps}")
         sink = build_sink(config, follower, spark)
         try:
-            reports.extend(verify_follower(config, follower, sink, only, progress=_progress, ranged=not by_row))
+            if follower.documents is not None:
+                reports.extend(verify_documents(config, follower, sink, document, progress=_progress))
+            else:
+                reports.extend(verify_follower(config, follower, sink, only, progress=_progress, ranged=not by_row))
         finally:
             sink.close()
     if as_json:

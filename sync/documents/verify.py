@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from cdcsync.config import Config, FollowerConfig, SourceConfig, TableRef
+from cdcsync.errors import ConfigError
 from cdcsync.sources import kind_of
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.documents.build import trees
@@ -136,22 +138,35 @@ def _shown(value: Any) -> Any:
     return value if value is None or isinstance(value, str | int | float | bool | list | dict) else str(value)
 
 
+def unit(document: str) -> str:
+    """How a document is named where tables are named ``source.namespace.table`` (reports, results, metrics)."""
+    return f"documents.{document}"
+
+
 def verify_documents(
     config: Config,
     follower: FollowerConfig,
     sink: Sink,
     only: str | None = None,
     progress: Callable[[str], None] | None = None,
+    pace: float | None = None,
 ) -> list[TableReport]:
-    """Each document of the follower (``only``: that one) compared with what its store holds; a report each."""
+    """Each document of the follower (``only``: that one) compared with what its store holds; a report each.
+
+    ``pace``: roots per second at most (the daemon's background pass).
+    """
     assert follower.documents is not None
+    if only is not None and only not in follower.documents:
+        raise ConfigError(
+            [f"follower {follower.name} keeps no document {only}; it keeps: {', '.join(follower.documents)}"]
+        )
     mappings = mappings_for(config, follower)
     reports = []
     for tree in trees(config, follower, mappings):
         if only is not None and tree.name != only:
             continue
         source = config.document_source(follower, tree.name)
-        reports.append(_verify(follower, source, tree, mappings, sink, progress))
+        reports.append(_verify(follower, source, tree, mappings, sink, progress, pace))
     return reports
 
 
@@ -162,8 +177,9 @@ def _verify(
     mappings: dict[str, TableMapping],
     sink: Sink,
     progress: Callable[[str], None] | None,
+    pace: float | None,
 ) -> TableReport:
-    report = TableReport(follower.name, f"{source.name}.{tree.root.table}", tree.target)
+    report = TableReport(follower.name, unit(tree.name), tree.target)
     with tempfile.TemporaryDirectory(prefix="cdcsync-verify-") as tmp:
         seen = sqlite3.connect(str(Path(tmp) / "roots.sqlite"))
         seen.execute("CREATE TABLE roots (k TEXT PRIMARY KEY) WITHOUT ROWID")
@@ -186,6 +202,8 @@ def _verify(
                         report.differing[key] = differences(expected, held)
             if progress is not None:
                 progress(f"document {tree.name}: {report.source_rows} roots compared")
+            if pace:
+                time.sleep(len(page) / pace)
         for scanned in batched(sink.scan(tree.target), PAGE):
             report.store_rows += len(scanned)
             keys = [k for k, _, _ in scanned]

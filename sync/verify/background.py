@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from cdcsync import metrics
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.state import base_dir, write_private
+from cdcsync.sync.documents.verify import unit, verify_documents
 from cdcsync.sync.sinks import build_sink
 from cdcsync.sync.verify.compare import TableReport, verify_follower
 
@@ -93,10 +94,15 @@ class BackgroundVerify:
 
     def tick(self) -> None:
         for follower in self.followers:
-            for source, table in self.config.followed_tables(follower):
-                name = f"{source.name}.{table}"
+            for name in self.verified(follower):
                 if self.due(follower, name, time.time()):
                     self.run_pass(follower, name)
+
+    def verified(self, follower: FollowerConfig) -> list[str]:
+        """What a pass compares, one at a time: each table (``source.namespace.table``), or each document."""
+        if follower.documents is not None:
+            return [unit(name) for name in follower.documents]
+        return [f"{source.name}.{table}" for source, table in self.config.followed_tables(follower)]
 
     def run_pass(self, follower: FollowerConfig, table: str) -> TableReport:
         """One paced pass over one table; its result exported, recorded and, if allowed, repaired."""
@@ -104,7 +110,11 @@ class BackgroundVerify:
         log.info("follower=%s table=%s pass started at %d rows/s", follower.name, table, follower.verify.rows_per_s)
         sink = build_sink(self.config, follower, self.spark)
         try:
-            (report,) = verify_follower(self.config, follower, sink, only=table, pace=follower.verify.rows_per_s)
+            if follower.documents is not None:
+                document = table.removeprefix(unit(""))
+                (report,) = verify_documents(self.config, follower, sink, document, pace=follower.verify.rows_per_s)
+            else:
+                (report,) = verify_follower(self.config, follower, sink, only=table, pace=follower.verify.rows_per_s)
             result = {**report.as_dict(), "started_at": started, "ended_at": time.time()}
             self._record(follower, table, result)
             log.info(
@@ -112,7 +122,10 @@ class BackgroundVerify:
                 follower.name, table, result["ended_at"] - started, report.source_rows, report.store_rows,
                 report.missing_count, report.stale_count, report.extra_count,
             )  # fmt: skip
-            if not report.clean and follower.verify.auto_repair and self.repair is not None:
+            if not report.clean and follower.verify.auto_repair and follower.documents is not None:
+                log.warning("follower=%s %s: auto_repair does not repair documents yet; the pass's report says "
+                            "which differ", follower.name, table)  # fmt: skip
+            elif not report.clean and follower.verify.auto_repair and self.repair is not None:
                 log.warning("follower=%s table=%s auto_repair: %s", follower.name, table,
                             self.repair(follower, sink, [report]))  # fmt: skip
         finally:
