@@ -449,3 +449,25 @@ def test_a_table_without_a_primary_key_cannot_be_in_a_document() -> None:
 
     with pytest.raises(ConfigError, match="table public.tags has no primary key"):
         resolve("orders", "orders", DocumentConfig.model_validate(ORDER), "documents.orders", keyless)
+
+
+def test_commands_for_followers_of_tables_refuse_a_document_follower_and_say_what_to_do(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = _config(ORDER).model_dump(mode="json", exclude_none=True)
+    config["sources"][0]["password"] = "p"
+    path = tmp_path / "cdcsync.yaml"
+    path.write_text(yaml.safe_dump(config))
+    for command, says in (
+        (["bootstrap", "docs"], "fills its store from the topics when it first runs: `cdcsync run docs`"),
+        (["reindex", "docs"], "`cdcsync verify` says which documents differ"),
+        (["repair", "docs"], "`cdcsync verify docs` names the documents that differ"),
+        (["verify", "docs", "--table", "pg.public.orders"], "--table: follower docs keeps documents"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "cdcsync", "--config", str(path), *command],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 2, (command, done.stderr)
+        assert says in done.stderr, (command, done.stderr)
