@@ -26,6 +26,7 @@ another, in a later batch); see docs/documents.md.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,27 +49,22 @@ class Built:
 
 
 def specs(trees: Iterable[Tree]) -> dict[str, TableSpec]:
-    """What the mirror keeps of each table the trees use: columns the documents and their links read, indexes."""
-    columns: dict[str, set[str]] = {}
+    """What the mirror indexes of each table the trees use: the column sets their links find rows by."""
     links: dict[str, dict[tuple[str, ...], Link]] = {}
-
-    def keep(table: str, names: Iterable[str]) -> None:
-        columns.setdefault(table, set()).update(names)
-        links.setdefault(table, {})
-
     for tree in trees:
         for node in tree.nodes():
-            keep(node.table, [c for c, _ in node.columns] + ([node.scalar] if node.scalar else []))
+            links.setdefault(node.table, {})
+            if node.through is not None:
+                links.setdefault(node.through, {})
             for link in (node.mine, node.theirs, node.through_parent, node.through_child):
-                if link is None:
-                    continue
-                keep(link.table, link.columns)
-                if link.index is not None:
-                    links[link.table][link.columns] = link
-    return {
-        table: TableSpec(frozenset(columns[table]), tuple(sorted(links[table])), dict(links[table]))
-        for table in columns
-    }
+                if link is not None and link.index is not None:
+                    links.setdefault(link.table, {})[link.columns] = link
+    return {table: TableSpec(tuple(sorted(found)), dict(found)) for table, found in links.items()}
+
+
+def fingerprint(tree: Tree) -> str:
+    """A document's mapping as the mirror remembers it: another one means every document is written again."""
+    return hashlib.sha256(repr(tree).encode()).hexdigest()
 
 
 def _value(link: Link, key: str, doc: Doc | None) -> str | None:

@@ -31,7 +31,7 @@ from cdcsync.events import Change, Record
 from cdcsync.sync import deadline
 from cdcsync.sync.batch_counts import BatchCounts
 from cdcsync.sync.dead_letters import DeadLetters
-from cdcsync.sync.documents.engine import NESTED_LIMIT, Built, Documents, specs
+from cdcsync.sync.documents.engine import NESTED_LIMIT, Built, Documents, fingerprint, specs
 from cdcsync.sync.documents.mirror import Mirror
 from cdcsync.sync.documents.tree import Node, Tree
 from cdcsync.sync.follower import Follower
@@ -63,7 +63,8 @@ class DocumentFollower(Follower):
         super().__init__(name, sink, mappings, dead_letters, max_attempts=max_attempts, writers=1,
                          chunk_bytes=chunk_bytes)  # fmt: skip
         self.trees = list(trees)
-        self.mirror = Mirror(mirror_path, specs(self.trees), [t.name for t in self.trees])
+        documents = {t.name: (t.root.table, fingerprint(t)) for t in self.trees}
+        self.mirror = Mirror(mirror_path, specs(self.trees), documents)
         self.documents = Documents(self.trees, self.mirror)
         self.nested_limit = nested_limit
         self._root_source = {t.name: next(m for m in mappings.values() if m.table == t.root.table) for t in self.trees}

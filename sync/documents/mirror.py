@@ -4,14 +4,19 @@ One SQLite database per follower (``<state>/documents/<follower>/mirror.sqlite``
 written only by the follower's query on the driver:
 
 - ``r<i>``: table *i*'s rows, ``k`` (the row's document id, ``sync.mapping.doc_id``),
-  ``v`` (the version of the change it holds) and ``doc`` (the columns the documents
-  use, canonical values, pickled; NULL once deleted: the version stays, so a replayed
-  older change of the key is still refused);
+  ``v`` (the version of the change it holds) and ``doc`` (the row's columns, canonical
+  values, pickled; NULL once deleted: the version stays, so a replayed older change of
+  the key is still refused). Every column, not only those the documents use now: a
+  column added to a document's mapping is in every row already, and the documents are
+  rebuilt from the mirror when their mapping changes (``fingerprint``);
 - ``l<i>_<j>``: an index of table *i*'s live rows by the link value of some of its
   columns (a foreign key, or columns a foreign key references), one per such set;
 - ``roots_<d>``: document *d*'s roots as last written, with the version written;
 - ``dirty_<d>``: roots of document *d* that changed and are not written yet, with the
-  newest version that changed them.
+  newest version that changed them;
+- ``meta``: what each numbered table holds, and each document's mapping's fingerprint: a
+  document whose mapping changed since has every root dirty when the mirror opens, and an
+  index new to a table is filled from the rows it holds.
 
 A batch's changes and the roots they dirty commit in one transaction, before
 any document is written; a root leaves ``dirty`` in the transaction that
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import pickle
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,20 +41,20 @@ Doc = dict[str, Any]
 
 @dataclass(frozen=True)
 class TableSpec:
-    """What the mirror keeps of one table: the columns the documents use, and the column sets it indexes."""
+    """The column sets the mirror indexes a table's rows by (its links other than its primary key)."""
 
-    columns: frozenset[str]
     indexes: tuple[tuple[str, ...], ...] = ()
     links: Mapping[tuple[str, ...], Any] = field(default_factory=dict)  # columns -> Link (its value())
 
 
 class Mirror:
-    def __init__(self, path: Path, tables: Mapping[str, TableSpec], documents: Sequence[str]) -> None:
+    def __init__(self, path: Path, tables: Mapping[str, TableSpec], documents: Mapping[str, tuple[str, str]]) -> None:
+        """``documents``: each document's name -> (its root table, the fingerprint of its mapping)."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
         self.tables = dict(tables)
         self._ids = {table: i for i, table in enumerate(sorted(tables))}
-        self._docs = {name: i for i, name in enumerate(sorted(documents))}
+        self._docs = dict(documents)
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a committed batch survives a power loss too
@@ -61,13 +66,17 @@ class Mirror:
         db.execute("CREATE TABLE IF NOT EXISTS meta (what TEXT PRIMARY KEY, name TEXT NOT NULL)")
         known = dict(db.execute("SELECT what, name FROM meta"))
         names: dict[Any, str] = {}
+        new: list[tuple[str, tuple[str, ...]]] = []
         db.execute("BEGIN")
         for table, spec in self.tables.items():
             rows = self._sql_name(known, f"rows:{table}", "r")
             db.execute(f"CREATE TABLE IF NOT EXISTS {rows} (k TEXT PRIMARY KEY, v INTEGER NOT NULL, doc BLOB)")
             names[table] = rows
             for columns in spec.indexes:
-                index = self._sql_name(known, f"link:{table}:{','.join(columns)}", "l")
+                what = f"link:{table}:{','.join(columns)}"
+                if what not in known:
+                    new.append((table, columns))
+                index = self._sql_name(known, what, "l")
                 db.execute(f"CREATE TABLE IF NOT EXISTS {index} (v TEXT NOT NULL, k TEXT NOT NULL, PRIMARY KEY (v, k))"
                            " WITHOUT ROWID")  # fmt: skip
                 names[(table, columns)] = index
@@ -77,6 +86,22 @@ class Mirror:
             db.execute(f"CREATE TABLE IF NOT EXISTS {roots} (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
             db.execute(f"CREATE TABLE IF NOT EXISTS {dirty} (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
             names[("roots", document)], names[("dirty", document)] = roots, dirty
+        self._names = names
+        for table, columns in new:  # an index new to a table that has rows: filled from them
+            link, index = self.tables[table].links[columns], names[(table, columns)]
+            for key, doc in db.execute(f"SELECT k, doc FROM {names[table]} WHERE doc IS NOT NULL"):
+                value = link.value(pickle.loads(doc))
+                if value is not None:
+                    db.execute(f"INSERT OR IGNORE INTO {index} VALUES (?, ?)", (value, key))
+        for document, (root, fingerprint) in self._docs.items():
+            what = f"fingerprint:{document}"
+            if known.get(what) == fingerprint:
+                continue
+            # A mapping new or changed since the documents were written: every root known is written again.
+            db.execute(f"INSERT INTO {names[('dirty', document)]} SELECT k, v FROM {names[root]} WHERE true "
+                       "ON CONFLICT (k) DO UPDATE SET v = max(v, excluded.v)")  # fmt: skip
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (what, fingerprint))
+            known[what] = fingerprint
         db.execute("COMMIT")
         return names
 
@@ -108,8 +133,7 @@ class Mirror:
     def put(self, table: str, key: str, version: int, doc: Doc | None, old: Doc | None) -> None:
         """Hold ``doc`` (None: deleted) at ``version`` for the row; ``old`` is what it held, for its indexes."""
         spec = self.tables[table]
-        kept = None if doc is None else {c: doc.get(c) for c in spec.columns}
-        blob = None if kept is None else pickle.dumps(kept, protocol=5)
+        blob = None if doc is None else pickle.dumps(doc, protocol=5)
         self._db.execute(f"INSERT OR REPLACE INTO {self._names[table]} VALUES (?, ?, ?)", (key, version, blob))
         for columns in spec.indexes:
             link = spec.links[columns]

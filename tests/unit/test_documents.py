@@ -16,7 +16,7 @@ from cdcsync.config import Config
 from cdcsync.config.document import DocumentConfig
 from cdcsync.errors import ConfigError
 from cdcsync.events import Change
-from cdcsync.sync.documents.engine import Documents, specs
+from cdcsync.sync.documents.engine import Documents, fingerprint, specs
 from cdcsync.sync.documents.follower import document_mapping
 from cdcsync.sync.documents.mirror import Mirror
 from cdcsync.sync.documents.tree import Tree, resolve
@@ -188,7 +188,8 @@ def _title(t: dict[str, dict[str, dict[str, Any]]], sku: str) -> dict[str, Any] 
 
 def engine(tmp: Path, *names: str) -> Documents:
     trees = [tree(n, ORDER if n == "orders" else CUSTOMER) for n in names]
-    return Documents(trees, Mirror(tmp / "mirror.sqlite", specs(trees), names))
+    documents = {t.name: (t.root.table, fingerprint(t)) for t in trees}
+    return Documents(trees, Mirror(tmp / "mirror.sqlite", specs(trees), documents))
 
 
 def applied(documents: Documents, rows: list[Row]) -> None:
@@ -471,3 +472,47 @@ def test_commands_for_followers_of_tables_refuse_a_document_follower_and_say_wha
                               capture_output=True, text=True, timeout=60)  # fmt: skip
         assert done.returncode == 2, (command, done.stderr)
         assert says in done.stderr, (command, done.stderr)
+
+
+def test_a_changed_mapping_writes_every_document_again_with_what_the_mirror_holds(tmp_path: Path) -> None:
+    source = workload(5, 200)
+    first = engine(tmp_path, "orders")
+    store: dict[str, dict[str, tuple[int, Any]]] = {}
+    applied(first, source.changes)
+    written(first, store)
+    first.mirror.close()
+    # The same follower restarted with the order's customer id in the document and a relation new to the tree,
+    # over a column of a table the mirror holds already (lines by product: an index new to that table).
+    sold = {"table": "public.lines", "relation": "one_to_many", "foreign_key": "order_id", "scalar": "product_id"}
+    changed = {**ORDER, "columns": ["id", "status", "customer_id"], "children": {**ORDER["children"], "sold": sold}}
+    trees = [tree("orders", changed)]
+    documents = {"orders": ("public.orders", fingerprint(trees[0]))}
+    again = Documents(trees, Mirror(tmp_path / "mirror.sqlite", specs(trees), documents))
+    assert again.mirror.pending_count("orders") == len(source.tables["public.orders"]) + sum(
+        1 for v in store["orders"].values() if v[1] is None
+    )
+    written(again, store)
+    want = expected(source, "orders")
+    for key, doc in live(store["orders"]).items():
+        order = source.tables["public.orders"][key]
+        lines = sorted((ident("public.lines", ln), ln["product_id"]) for ln in source.tables["public.lines"].values()
+                       if ln["order_id"] == order["id"])  # fmt: skip
+        assert doc == {**want[key], "customer_id": order["customer_id"], "sold": [p for _, p in lines]}
+
+
+def test_an_index_new_to_a_table_is_filled_from_the_rows_the_mirror_holds(tmp_path: Path) -> None:
+    s = Source()
+    s.put("public.customers", id=1, name="a")
+    s.put("public.orders", id=1, customer_id=1, status="new")
+    trees = [tree("orders", {"table": "public.orders"}), tree("customers", {"table": "public.customers"})]
+    plain = {t.name: (t.root.table, "a") for t in trees}
+    first = Documents(trees, Mirror(tmp_path / "m.sqlite", specs(trees), plain))
+    applied(first, s.changes)
+    first.mirror.close()
+    # customers as roots, with their orders: orders are found by customer_id, an index the mirror lacked
+    orders = {"table": "public.orders", "relation": "one_to_many", "foreign_key": "customer_id", "columns": ["id"]}
+    trees = [tree("customers", {"table": "public.customers", "children": {"orders": orders}})]
+    again = Documents(trees, Mirror(tmp_path / "m.sqlite", specs(trees), {"customers": ("public.customers", "b")}))
+    store: dict[str, dict[str, tuple[int, Any]]] = {}
+    written(again, store)
+    assert live(store["customers"]) == {"1": {"id": 1, "name": "a", "orders": [{"id": 1}]}}
