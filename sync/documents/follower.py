@@ -67,8 +67,6 @@ class DocumentFollower(Follower):
         self.mirror = Mirror(mirror_path, specs(self.trees), documents)
         self.documents = Documents(self.trees, self.mirror)
         self.nested_limit = nested_limit
-        self._root_source = {t.name: next(m for m in mappings.values() if m.table == t.root.table) for t in self.trees}
-        self._root_topic = {t.name: t.root.topic for t in self.trees}
 
     def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
         started = time.monotonic()
@@ -120,37 +118,22 @@ class DocumentFollower(Follower):
                                      "index.mapping.nested_objects.limit): not written; map the largest array as "
                                      "object (nested: false), or raise the limit on the index and here")  # fmt: skip
                         continue
-                    rows.append(self._row(tree, built))
+                    rows.append(document_row(tree, built))
+                self.mirror.writing(tree.name, {b.key: b.version for b in page})
                 result = self._write(batch_id, rows, counts) if rows else None
                 if result is not None:
                     written += result.applied + result.older
                     for row, reason in result.rejected:
                         refused += 1
                         self._refuse(tree, Built(row.doc_id, row.version, row.doc, 0), reason)
-                self.mirror.written(tree.name, {b.key: b.version for b in page})
+                self.mirror.written(tree.name, [b.key for b in page])
                 deadline.progress(self.name)
         return written, refused
-
-    def _row(self, tree: Tree, built: Built) -> Row:
-        source = self._root_source[tree.name]
-        change = Change(
-            source="",
-            table=source.table,
-            op="d" if built.doc is None else "u",
-            key={},
-            after=built.doc,
-            commit_ts_ms=None,
-            version=built.version,
-            topic=self._root_topic[tree.name],
-            partition=-1,
-            offset=-1,
-        )
-        return Row(change, tree.target, built.key, built.doc)
 
     def _refuse(self, tree: Tree, built: Built, reason: str) -> None:
         log.error("follower=%s document=%s key=%s refused: %s", self.name, tree.name, built.key, reason)
         value = orjson.dumps({"document": tree.name, "after": built.doc}, default=str)
-        record = Record(self._root_topic[tree.name], -1, -1, orjson.dumps({"id": built.key}), value)
+        record = Record(tree.root.topic, -1, -1, orjson.dumps({"id": built.key}), value)
         self.dead_letters.send(record, "document", reason)
 
     def make_visible(self, counts: BatchCounts) -> None:
@@ -159,6 +142,23 @@ class DocumentFollower(Follower):
     def targets(self) -> list[TableMapping]:
         """A ``TableMapping`` per document, as the sink opens its target (``sync.documents.build``)."""
         return [document_mapping(tree) for tree in self.trees]
+
+
+def document_row(tree: Tree, built: Built) -> Row:
+    """A rebuilt document as the row a sink writes: its root's id, the document's version, None for a delete."""
+    change = Change(
+        source="",
+        table=tree.root.table,
+        op="d" if built.doc is None else "u",
+        key={},
+        after=built.doc,
+        commit_ts_ms=None,
+        version=built.version,
+        topic=tree.root.topic,
+        partition=-1,
+        offset=-1,
+    )
+    return Row(change, tree.target, built.key, built.doc)
 
 
 def document_mapping(tree: Tree) -> TableMapping:

@@ -11,7 +11,9 @@ written only by the follower's query on the driver:
   rebuilt from the mirror when their mapping changes (``fingerprint``);
 - ``l<i>_<j>``: an index of table *i*'s live rows by the link value of some of its
   columns (a foreign key, or columns a foreign key references), one per such set;
-- ``roots_<d>``: document *d*'s roots as last written, with the version written;
+- ``roots_<d>``: document *d*'s roots as last written: the version written, and ``s``,
+  the mirror's write counter when it was (``seq``): a reindex rewrites, after its switch,
+  the roots written since it began (``cdcsync.snapshot.documents``);
 - ``dirty_<d>``: roots of document *d* that changed and are not written yet, with the
   newest version that changed them;
 - ``meta``: what each numbered table holds, and each document's mapping's fingerprint: a
@@ -19,8 +21,8 @@ written only by the follower's query on the driver:
   index new to a table is filled from the rows it holds.
 
 A batch's changes and the roots they dirty commit in one transaction, before
-any document is written; a root leaves ``dirty`` in the transaction that
-records its written version. A crash anywhere leaves the roots still to write
+any document is written; a page of roots records its versions (``writing``)
+before it is written and leaves ``dirty`` once it is (``written``). A crash anywhere leaves the roots still to write
 in ``dirty``, and the replayed batch finds every change already applied (the
 version rule): the documents are written on the next batch. Pickle round-trips
 every canonical value (``Decimal``, ``datetime``, ``bytes``) as it is; the
@@ -55,7 +57,9 @@ class Mirror:
         self.tables = dict(tables)
         self._ids = {table: i for i, table in enumerate(sorted(tables))}
         self._docs = dict(documents)
-        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        # A reindex reads the mirror from another process while the follower writes it: a writer waits for the
+        # other's transaction (a batch's) rather than failing at once.
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=600)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a committed batch survives a power loss too
         self._names = self._schema()
@@ -83,7 +87,9 @@ class Mirror:
         for document in self._docs:
             roots = self._sql_name(known, f"roots:{document}", "roots")
             dirty = self._sql_name(known, f"dirty:{document}", "dirty")
-            db.execute(f"CREATE TABLE IF NOT EXISTS {roots} (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {roots} (k TEXT PRIMARY KEY, v INTEGER NOT NULL, s INTEGER NOT NULL)"
+            )
             db.execute(f"CREATE TABLE IF NOT EXISTS {dirty} (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
             names[("roots", document)], names[("dirty", document)] = roots, dirty
         self._names = names
@@ -182,17 +188,75 @@ class Mirror:
     def pending_count(self, document: str) -> int:
         return int(self._db.execute(f"SELECT count(*) FROM {self._names[('dirty', document)]}").fetchone()[0])
 
-    def written(self, document: str, versions: Mapping[str, int]) -> None:
-        """Record the versions written for these roots and take them off the dirty list, in one transaction."""
-        dirty, roots = self._names[("dirty", document)], self._names[("roots", document)]
+    def writing(self, document: str, versions: Mapping[str, int]) -> None:
+        """Record the versions about to be written for these roots, and the write counter, before writing them."""
+        roots = self._names[("roots", document)]
         self.begin()
         try:
-            self._db.executemany(f"INSERT OR REPLACE INTO {roots} VALUES (?, ?)", versions.items())
-            self._db.executemany(f"DELETE FROM {dirty} WHERE k = ?", ((k,) for k in versions))
+            seq = self.seq() + 1
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (str(seq),))
+            self._db.executemany(f"INSERT OR REPLACE INTO {roots} VALUES (?, ?, ?)",
+                                 ((k, v, seq) for k, v in versions.items()))  # fmt: skip
             self.commit()
         except BaseException:
             self.rollback()
             raise
 
+    def written(self, document: str, keys: Iterable[str]) -> None:
+        """Take these roots off the dirty list: their documents are in the store."""
+        dirty = self._names[("dirty", document)]
+        self.begin()
+        try:
+            self._db.executemany(f"DELETE FROM {dirty} WHERE k = ?", ((k,) for k in keys))
+            self.commit()
+        except BaseException:
+            self.rollback()
+            raise
+
+    def seq(self) -> int:
+        """The write counter: how many pages of documents were recorded as written (``writing``)."""
+        found = self._db.execute("SELECT name FROM meta WHERE what = 'seq'").fetchone()
+        return int(found[0]) if found else 0
+
+    def written_since(self, document: str, seq: int) -> list[str]:
+        """The roots of ``document`` recorded as written after the write counter stood at ``seq``."""
+        roots = self._names[("roots", document)]
+        return [k for (k,) in self._db.execute(f"SELECT k FROM {roots} WHERE s > ? ORDER BY k", (seq,))]
+
+    def roots(self, document: str, after: str, limit: int) -> list[tuple[str, int]]:
+        """Live roots of ``document`` in key order after ``after``: (key, the version last written, or -1)."""
+        root, table = self._docs[document][0], self._names[("roots", document)]
+        return list(
+            self._db.execute(
+                f"SELECT r.k, coalesce(w.v, -1) FROM {self._names[root]} r LEFT JOIN {table} w ON w.k = r.k "
+                "WHERE r.k > ? AND r.doc IS NOT NULL ORDER BY r.k LIMIT ?",
+                (after, limit),
+            )
+        )
+
+    def version_written(self, document: str, key: str) -> int:
+        """The version last recorded for a root of ``document`` (``writing``), or -1."""
+        found = self._db.execute(f"SELECT v FROM {self._names[('roots', document)]} WHERE k = ?", (key,)).fetchone()
+        return int(found[0]) if found else -1
+
+    def count_live(self, table: str) -> int:
+        return int(self._db.execute(f"SELECT count(*) FROM {self._names[table]} WHERE doc IS NOT NULL").fetchone()[0])
+
+    def reading(self) -> _Reading:
+        """A read transaction: what is read inside it is one state of the mirror (SQLite's WAL snapshot)."""
+        return _Reading(self)
+
     def close(self) -> None:
         self._db.close()
+
+
+class _Reading:
+    def __init__(self, mirror: Mirror) -> None:
+        self.mirror = mirror
+
+    def __enter__(self) -> Mirror:
+        self.mirror._db.execute("BEGIN")
+        return self.mirror
+
+    def __exit__(self, *exc: object) -> None:
+        self.mirror.rollback()

@@ -206,7 +206,8 @@ def written(documents: Documents, store: dict[str, dict[str, tuple[int, Any]]]) 
             for built in page:
                 if built.key not in held or held[built.key][0] < built.version:
                     held[built.key] = (built.version, built.doc)
-            documents.mirror.written(t.name, {b.key: b.version for b in page})
+            documents.mirror.writing(t.name, {b.key: b.version for b in page})
+            documents.mirror.written(t.name, [b.key for b in page])
 
 
 def live(store: dict[str, tuple[int, Any]]) -> dict[str, Any]:
@@ -464,7 +465,7 @@ def test_commands_for_followers_of_tables_refuse_a_document_follower_and_say_wha
     path.write_text(yaml.safe_dump(config))
     for command, says in (
         (["bootstrap", "docs"], "fills its store from the topics when it first runs: `cdcsync run docs`"),
-        (["reindex", "docs"], "`cdcsync verify` says which documents differ"),
+        (["reindex", "docs", "--table", "pg.public.orders"], "--table: follower docs keeps documents, rebuilt from"),
         (["repair", "docs"], "`cdcsync verify docs` names the documents that differ"),
         (["verify", "docs", "--table", "pg.public.orders"], "--table: follower docs keeps documents"),
     ):
