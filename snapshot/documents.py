@@ -1,4 +1,6 @@
-"""Reindex a document follower: every document written from its mirror into a new generation, then published.
+"""Reindex and repair a document follower from its mirror: its documents rebuilt, a generation or a few at a time.
+
+**Reindex**: every document written from the mirror into a new generation, then published.
 
 A document follower's state is its mirror (``sync.documents.mirror``), which
 holds every row of its tables; the documents are a function of it. So its
@@ -26,6 +28,15 @@ Use it after a change of a document's mapping that the index cannot take in
 place (an array made ``nested``), or when ``verify`` finds documents the store
 lost or holds wrong while the mirror is right. Documents stay visible
 throughout, in the old generation until the switch.
+
+**Repair** (``repair_documents``): the documents a verify found missing,
+stale or extra, each rebuilt from the mirror and written to the live store
+with a version above the one last written and the one the store holds, a
+page at a time inside a write
+transaction of the mirror, so the daemon records no page meanwhile and its
+next write of those roots is above the repair's. What the mirror itself holds
+wrong (it disagrees with the source) no rewrite fixes: the verify after the
+repair still lists those documents.
 """
 
 from __future__ import annotations
@@ -42,7 +53,9 @@ from cdcsync.sync.documents.build import mirror_path, trees
 from cdcsync.sync.documents.engine import Built, Documents, fingerprint, specs
 from cdcsync.sync.documents.follower import document_mapping, document_row
 from cdcsync.sync.documents.mirror import Mirror
+from cdcsync.sync.documents.verify import unit
 from cdcsync.sync.sinks import build_sink
+from cdcsync.sync.verify.report import TableReport
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -138,3 +151,51 @@ def reindex_documents(
         mirror.close()
     summary.seconds = round(time.monotonic() - started, 1)
     return summary
+
+
+def repair_documents(
+    config: Config, follower: FollowerConfig, spark: SparkSession | None, reports: list[TableReport]
+) -> dict[str, dict[str, int]]:
+    """Rewrite from the mirror each document the reports list; per document: written, and older (refused)."""
+    assert follower.documents is not None
+    path = mirror_path(config, follower)
+    if not path.exists():
+        raise FatalError(f"follower {follower.name}: no mirror at {path}: run `cdcsync run {follower.name}` first")
+    every = trees(config, follower, mappings_for(config, follower))
+    by_unit = {unit(t.name): t for t in every}
+    mirror = Mirror(path, specs(every), {t.name: (t.root.table, fingerprint(t)) for t in every})
+    documents = Documents(every, mirror)
+    sink = build_sink(config, follower, spark)
+    done: dict[str, dict[str, int]] = {}
+    try:
+        sink.open([document_mapping(t) for t in every])
+        for report in reports:
+            tree = by_unit.get(report.table)
+            if tree is None:
+                continue
+            ids = sorted({*report.missing, *report.stale, *report.extra})
+            counts = done.setdefault(tree.name, {"written": 0, "older": 0})
+            for at in range(0, len(ids), PAGE):
+                page = ids[at : at + PAGE]
+                held = {key: version for key, version, _doc in sink.lookup(tree.target, page)}
+                mirror.begin()  # the daemon records no page of its own until this one is written
+                try:
+                    built = []
+                    for key in page:
+                        doc, newest, _nested = documents.build(tree, key)
+                        # above what the store holds too: a document changed outside cdcsync has a version of its own
+                        above = max(mirror.version_written(tree.name, key), held.get(key, -1)) + 1
+                        built.append(Built(key, max(above, newest), doc, 0))
+                    mirror.record(tree.name, {b.key: b.version for b in built})
+                    result = sink.write(0, [document_row(tree, b) for b in built])
+                    mirror.commit()
+                except BaseException:
+                    mirror.rollback()
+                    raise
+                counts["written"] += result.applied
+                counts["older"] += result.older + len(result.rejected)
+            sink.make_visible([tree.target])
+    finally:
+        sink.close()
+        mirror.close()
+    return done

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
-from cdcsync.cli import load, tables_only
+from cdcsync.cli import load
 
 
 @click.command("repair")
@@ -32,6 +33,10 @@ def repair(
     apply them. Rows only in the store are deleted with a version any later
     change of that key beats. Exit 0 when the verify after the repair is
     clean, 1 when rows still differ, 2 on a bad argument or config.
+
+    A follower of documents has the documents that differ rebuilt from its
+    mirror and written again (`--table documents.NAME` for one document);
+    docs/documents.md.
     """
     from cdcsync.snapshot.repair import plans, request, wait
     from cdcsync.sync.catalog import mappings_for
@@ -40,7 +45,9 @@ def repair(
 
     config = load(ctx)
     chosen = config.follower(follower)
-    tables_only(chosen, "repair", f"`cdcsync verify {chosen.name}` names the documents that differ")
+    if chosen.documents is not None:
+        _documents(ctx, config, chosen, only, report_file, as_json)
+        return
     spark = None
     if needs_spark(chosen):
         from cdcsync.spark import spark_session
@@ -77,6 +84,45 @@ def repair(
         for r in after:
             click.echo(f"after: {_counts(r)}")
         click.echo("clean" if clean else "rows still differ: see the lines above (is `cdcsync run` running?)")
+    if not clean:
+        ctx.exit(1)
+
+
+def _documents(
+    ctx: click.Context, config: Any, chosen: Any, only: str | None, report_file: Path | None, as_json: bool
+) -> None:
+    from cdcsync.snapshot.documents import repair_documents
+    from cdcsync.sync.documents.verify import verify_documents
+    from cdcsync.sync.sinks import build_sink
+    from cdcsync.sync.verify.compare import TableReport
+
+    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    document = only.removeprefix("documents.") if only is not None else None
+    sink = build_sink(config, chosen, None)
+    try:
+        if report_file is not None:
+            reports = [TableReport.from_dict(d) for d in json.loads(report_file.read_text())]
+            reports = [r for r in reports if r.follower == chosen.name and only in (None, r.table)]
+        else:
+            say(f"verifying {chosen.name} ...")
+            reports = verify_documents(config, chosen, sink, document, progress=say)
+        todo = [r for r in reports if not r.clean]
+        say(f"{len(todo)} documents differ" + "".join(f"\n  {_counts(r)}" for r in todo))
+        done = repair_documents(config, chosen, None, todo) if todo else {}
+        for name, counts in done.items():
+            say(
+                f"  documents.{name}: {counts['written']} rewritten from the mirror, {counts['older']} refused as older"
+            )
+        after = verify_documents(config, chosen, sink, document, progress=say) if todo else reports
+    finally:
+        sink.close()
+    clean = all(r.clean for r in after)
+    if as_json:
+        click.echo(json.dumps({"repaired": done, "verify": [r.as_dict() for r in after], "clean": clean}, indent=2))
+    else:
+        for r in after:
+            click.echo(f"after: {_counts(r)}")
+        click.echo("clean" if clean else "documents still differ: the mirror disagrees with the source for them")
     if not clean:
         ctx.exit(1)
 

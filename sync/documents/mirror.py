@@ -190,17 +190,20 @@ class Mirror:
 
     def writing(self, document: str, versions: Mapping[str, int]) -> None:
         """Record the versions about to be written for these roots, and the write counter, before writing them."""
-        roots = self._names[("roots", document)]
         self.begin()
         try:
-            seq = self.seq() + 1
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (str(seq),))
-            self._db.executemany(f"INSERT OR REPLACE INTO {roots} VALUES (?, ?, ?)",
-                                 ((k, v, seq) for k, v in versions.items()))  # fmt: skip
+            self.record(document, versions)
             self.commit()
         except BaseException:
             self.rollback()
             raise
+
+    def record(self, document: str, versions: Mapping[str, int]) -> None:
+        """``writing`` inside the caller's transaction (``begin``)."""
+        seq = self.seq() + 1
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (str(seq),))
+        self._db.executemany(f"INSERT OR REPLACE INTO {self._names[('roots', document)]} VALUES (?, ?, ?)",
+                             ((k, v, seq) for k, v in versions.items()))  # fmt: skip
 
     def written(self, document: str, keys: Iterable[str]) -> None:
         """Take these roots off the dirty list: their documents are in the store."""
