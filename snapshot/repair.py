@@ -186,7 +186,16 @@ def wait(plan: Plan, sink: Sink, done: TableRepair, timeout_s: float, progress: 
 
 
 def start(config: Config, follower: FollowerConfig, sink: Sink, reports: list[TableReport]) -> str:
-    """Ask for every divergent row of ``reports`` again without waiting (the daemon's ``auto_repair``); a line."""
+    """Ask for every divergent row of ``reports`` again without waiting (the daemon's ``auto_repair``); a line.
+
+    A follower of documents has its divergent documents rewritten from its mirror (``snapshot.documents``).
+    """
+    if follower.documents is not None:
+        from cdcsync.snapshot.documents import repair_documents
+
+        written = repair_documents(config, follower, None, reports)
+        return "; ".join(f"documents.{name}: {c['written']} rewritten from the mirror, {c['older']} refused as older"
+                         for name, c in written.items())  # fmt: skip
     done = [request(plan, sink) for plan in plans(config, follower, reports)]
     return "; ".join(
         f"{d.table}: asked again for {d.asked} rows in {d.signals} signals, removed {d.removed} extra rows"

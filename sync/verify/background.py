@@ -16,7 +16,8 @@ daemon runs it itself, a table at a time, on a thread of its own (a daemon
   page read and which holds the pass times across a restart;
 - with ``verify.auto_repair``, what a pass found goes to ``repair`` (a
   callable from ``cdcsync run``: ``snapshot.repair``, which asks capture for
-  the rows again); the next pass shows whether it worked.
+  the rows again, or rewrites a follower's documents from its mirror); the
+  next pass shows whether it worked.
 
 Rows in flight are not divergence: each pass re-checks what differs
 (``sync.verify.recheck``).
@@ -122,10 +123,7 @@ class BackgroundVerify:
                 follower.name, table, result["ended_at"] - started, report.source_rows, report.store_rows,
                 report.missing_count, report.stale_count, report.extra_count,
             )  # fmt: skip
-            if not report.clean and follower.verify.auto_repair and follower.documents is not None:
-                log.warning("follower=%s %s: auto_repair does not repair documents yet; the pass's report says "
-                            "which differ", follower.name, table)  # fmt: skip
-            elif not report.clean and follower.verify.auto_repair and self.repair is not None:
+            if not report.clean and follower.verify.auto_repair and self.repair is not None:
                 log.warning("follower=%s table=%s auto_repair: %s", follower.name, table,
                             self.repair(follower, sink, [report]))  # fmt: skip
         finally:
