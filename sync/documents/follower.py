@@ -27,6 +27,7 @@ from pathlib import Path
 
 import orjson
 
+from cdcsync import metrics
 from cdcsync.events import Change, Record
 from cdcsync.sync import deadline
 from cdcsync.sync.batch_counts import BatchCounts
@@ -135,6 +136,7 @@ class DocumentFollower(Follower):
         value = orjson.dumps({"document": tree.name, "after": built.doc}, default=str)
         record = Record(tree.root.topic, -1, -1, orjson.dumps({"id": built.key}), value)
         self.dead_letters.send(record, "document", reason)
+        metrics.DEAD.labels(self.name).inc()
 
     def make_visible(self, counts: BatchCounts) -> None:
         self.sink.make_visible([tree.target for tree in self.trees])

@@ -310,3 +310,13 @@ def test_every_change_of_a_related_table_reaches_the_documents_it_belongs_to(sto
     store.assert_converged()
     aliases = es.indices.get_alias(name=f"{store.tag}-orders")
     assert list(aliases) != [f"{store.tag}-orders-000001"], aliases  # a new generation is live
+
+    # A document past the nested objects' limit is not written cut: it goes to the dead-letter topic with the
+    # reason, and the store keeps the one before.
+    store.running["search"].nested_limit = 100
+    before = es_doc(store, "orders", "9")
+    execute("postgres", f"UPDATE {t['lines']} SET qty = 7777 WHERE order_id = 9 AND n = 2")
+    store.run_once()
+    refused = read_topic(f"dlq.{store.tag}.search", lambda rs: any(r.key == {"id": "9"} for r in rs), timeout=60)
+    assert next(r for r in refused if r.key == {"id": "9"}).value["document"] == "orders"
+    assert es_doc(store, "orders", "9") == before
