@@ -88,9 +88,11 @@ def bootstrap_from_topics(
         )
     summary, started = Summary(follower.name), time.monotonic()
     marks = capture(config, sorted(running.mappings))
-    running.sink.stage(list(running.mappings.values()))
+    running.fresh()  # no checkpoint: whatever state a killed bootstrap left is not this one's
+    running.sink.stage(running.targets())
     replay(config, running, {tp: low for tp, (low, _) in marks.items()}, {tp: high for tp, (_, high) in marks.items()},
            summary, progress)  # fmt: skip
+    running.filled()
     publish(running.sink)
     summary.offsets = offsets_json({tp: high for tp, (_low, high) in marks.items()})
     summary.seconds = round(time.monotonic() - started, 2)

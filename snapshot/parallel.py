@@ -49,7 +49,7 @@ MIN_RECORDS = 200_000  # fewer records or rows: one process, no start-up (~1 s t
 
 def shares(follower: Follower, records: int) -> bool:
     """Whether ``records`` records (or rows) into this follower go to several processes."""
-    return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and follower.sink.fill_order_free
+    return PROCESSES > 1 and records >= max(1, MIN_RECORDS) and follower.sink.fill_order_free and not follower.on_driver
 
 
 class Processes:

@@ -64,7 +64,7 @@ def build_follower(
     if follower.documents is not None:  # it keeps documents of related tables, not one target per table
         from cdcsync.sync.documents.build import build_document_follower
 
-        return build_document_follower(config, follower, spark, open_sink=open_sink)
+        return build_document_follower(config, follower, spark, open_sink=open_sink, fill=fill)
     mappings = mappings_for(config, follower) if mappings is None else mappings
     if not mappings:
         raise FatalError(f"follower {follower.name}: follows no table; check its tables and the sources")

@@ -95,6 +95,16 @@ class Follower:
         self.failed: dict[str, tuple[str, str]] = {}  # topic -> (reason, fix): tables this batch held (sync.held)
         self.left_out: set[str] = set()  # topics held before this batch, which it leaves out (sync.held)
 
+    def targets(self) -> list[TableMapping]:
+        """What the follower writes, as its sink opens or stages each target: its tables' mappings."""
+        return list(self.mappings.values())
+
+    def fresh(self) -> None:
+        """Start the follower's own state from nothing (a bootstrap of a new follower); a follower of rows has none."""
+
+    def filled(self) -> None:
+        """After the last batch of a bootstrap's fill, before the staged store is published."""
+
     def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
         started = time.monotonic()
         counts = BatchCounts()

@@ -87,15 +87,6 @@ def load(ctx: click.Context, discover: bool = True) -> Any:
     return resolve(config)
 
 
-def tables_only(follower: Any, command: str, instead: str) -> None:
-    """Refuse ``command`` for a follower that keeps documents (exit 2), saying what to do ``instead``."""
-    if follower.documents is not None:
-        raise click.UsageError(
-            f"follower {follower.name} keeps documents; `cdcsync {command}` works on followers of tables. "
-            f"{instead} (docs/documents.md)"
-        )
-
-
 def main(argv: list[str] | None = None) -> None:
     try:
         # Without standalone mode, click returns ``ctx.exit(code)``'s code instead of exiting with it.

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from cdcsync.cli import load, origin_option, tables_only
+from cdcsync.cli import load, origin_option
 
 
 @click.command("bootstrap")
@@ -43,11 +43,11 @@ def bootstrap(
 
     config = load(ctx)
     cfg = config.follower(follower)
-    tables_only(
-        cfg,
-        "bootstrap",
-        f"A document follower fills its store from the topics when it first runs: `cdcsync run {cfg.name}`",
-    )
+    if cfg.documents is not None and (origin == "source" or tables):
+        given = "--from source" if origin == "source" else "--table"
+        raise click.UsageError(
+            f"{given}: follower {cfg.name} keeps documents, built from the topics whole (docs/documents.md)"
+        )
     with follower_lock(base_dir(config), cfg.name, f"bootstrap {cfg.name}"):  # one run per follower
         spark = None
         if needs_spark(cfg) or origin == "source":

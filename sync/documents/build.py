@@ -57,8 +57,9 @@ def trees(config: Config, follower: FollowerConfig, mappings: dict[str, TableMap
 
 
 def build_document_follower(
-    config: Config, follower: FollowerConfig, spark: SparkSession | None, open_sink: bool = True
+    config: Config, follower: FollowerConfig, spark: SparkSession | None, open_sink: bool = True, fill: bool = False
 ) -> DocumentFollower:
+    """``fill``: a bootstrap's follower, which writes the documents once its fill is done (``filled``)."""
     mappings = mappings_for(config, follower)
     resolved = trees(config, follower, mappings)
     sink = build_sink(config, follower, spark)
@@ -72,6 +73,7 @@ def build_document_follower(
         mirror_path(config, follower),
         max_attempts=follower.sink_attempts,
         chunk_bytes=follower.batch_bytes,
+        filling=fill,
     )
     if open_sink:
         sink.open(running.targets())

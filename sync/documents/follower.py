@@ -60,14 +60,18 @@ class DocumentFollower(Follower):
         max_attempts: int = 8,
         chunk_bytes: int | None = None,
         nested_limit: int = NESTED_LIMIT,
+        filling: bool = False,
     ) -> None:
         super().__init__(name, sink, mappings, dead_letters, max_attempts=max_attempts, writers=1,
                          chunk_bytes=chunk_bytes)  # fmt: skip
         self.trees = list(trees)
         documents = {t.name: (t.root.table, fingerprint(t)) for t in self.trees}
         self.mirror = Mirror(mirror_path, specs(self.trees), documents)
+        self.mirror_path = mirror_path
         self.documents = Documents(self.trees, self.mirror)
         self.nested_limit = nested_limit
+        self.filling = filling  # a bootstrap's fill: documents are written once, at its end (``filled``)
+        self._specs, self._documents = specs(self.trees), documents
 
     def process(self, batch_id: int, records: Iterable[Record]) -> BatchCounts:
         started = time.monotonic()
@@ -87,7 +91,7 @@ class DocumentFollower(Follower):
             self.mirror.rollback()
             raise
         counts.applied = len(applied)
-        written, refused = self.write_dirty(batch_id, counts)
+        written, refused = (0, 0) if self.filling else self.write_dirty(batch_id, counts)
         now_ms = time.time() * 1000
         for row in applied:  # a change is in its documents once they are written: its freshness ends here
             change = row.change
@@ -101,6 +105,21 @@ class DocumentFollower(Follower):
             log.info("follower=%s batch=%d documents_written=%d documents_refused=%d", self.name, batch_id,
                      written, refused)  # fmt: skip
         return self._finish(batch_id, counts, started)
+
+    def fresh(self) -> None:
+        """An empty mirror: a bootstrap builds it from the start of the topics."""
+        self.mirror.close()
+        for path in self.mirror_path.parent.glob(self.mirror_path.name + "*"):  # the file, its WAL and index
+            path.unlink()
+        self.mirror = Mirror(self.mirror_path, self._specs, self._documents)
+        self.documents = Documents(self.trees, self.mirror)
+
+    def filled(self) -> None:
+        """Every document of the mirror the fill built, written once into the staged generations."""
+        counts = BatchCounts()
+        written, refused = self.write_dirty(0, counts)
+        self.dead_letters.flush()
+        log.info("follower=%s filled documents_written=%d documents_refused=%d", self.name, written, refused)
 
     def write_dirty(self, batch_id: int, counts: BatchCounts) -> tuple[int, int]:
         """Write every dirty root's document, a page at a time; (documents written, refused)."""

@@ -136,8 +136,7 @@ class Shop:
         execute("postgres", *ddl)
         docs = documents(self.t)
         tables = [f"public.{name}" for name in self.t.values()]
-        self.config = Config.model_validate(
-            {
+        self.raw = {
                 "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
                 "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
                 "sources": [source_dict("postgres", f"{self.tag}_pg", tables)],
@@ -150,8 +149,8 @@ class Shop:
                      "checkpoint_dir": str(tmp / "ckpt-cache"), "documents": {"orders": docs["orders"]}},
                 ],
                 "state_dir": str(tmp),
-            }
-        )  # fmt: skip
+        }  # fmt: skip
+        self.config = Config.model_validate(self.raw)
         self.spark = spark
         self.ticks = 0
         self.running: dict[str, Any] = {}
@@ -320,3 +319,30 @@ def test_every_change_of_a_related_table_reaches_the_documents_it_belongs_to(sto
     refused = read_topic(f"dlq.{store.tag}.search", lambda rs: any(r.key == {"id": "9"} for r in rs), timeout=60)
     assert next(r for r in refused if r.key == {"id": "9"}).value["document"] == "orders"
     assert es_doc(store, "orders", "9") == before
+
+
+def test_a_new_document_follower_is_bootstrapped_from_the_topics_then_streams_from_there(store: Shop) -> None:
+    from cdcsync.snapshot.bootstrap import bootstrap_from_topics
+    from cdcsync.state import base_dir
+    from cdcsync.sync.stream import checkpoint_dir
+
+    t = store.t
+    execute("postgres", f"UPDATE {t['lines']} SET qty = qty * 2 WHERE n = 2", f"DELETE FROM {t['orders']} WHERE id = 4")
+    store.run_once()  # everything so far is in the topics
+    search = store.config.follower("search")
+    late = {**store.raw["followers"][0], "name": "late", "prefix": f"{store.tag}-late-", "checkpoint_dir": None,
+            "dead_letter_topic": f"dlq.{store.tag}.late"}  # fmt: skip
+    store.config = Config.model_validate({**store.raw, "followers": [*store.raw["followers"], late]})
+    cfg = store.config.follower("late")
+    built = build_follower(store.config, cfg, store.spark, open_sink=False, fill=True)
+    summary = bootstrap_from_topics(store.config, cfg, built, checkpoint_dir(store.config, cfg), base_dir(store.config))
+    assert summary.dead_lettered == 0 and summary.records > 0, summary
+    store.running["late"] = build_follower(store.config, cfg, store.spark)  # the daemon's, after the bootstrap
+    built.sink.close()
+    built.mirror.close()
+    sink = build_sink(store.config, cfg, store.spark)
+    assert all(r.clean for r in verify_documents(store.config, cfg, sink))
+    assert search.documents is not None
+    execute("postgres", f"UPDATE {t['customers']} SET name = 'after the bootstrap'")
+    store.run_once()  # streams from where the bootstrap stopped
+    store.assert_converged()

@@ -464,7 +464,7 @@ def test_commands_for_followers_of_tables_refuse_a_document_follower_and_say_wha
     path = tmp_path / "cdcsync.yaml"
     path.write_text(yaml.safe_dump(config))
     for command, says in (
-        (["bootstrap", "docs"], "fills its store from the topics when it first runs: `cdcsync run docs`"),
+        (["bootstrap", "docs", "--from", "source"], "--from source: follower docs keeps documents, built from"),
         (["reindex", "docs", "--table", "pg.public.orders"], "--table: follower docs keeps documents, rebuilt from"),
         (["verify", "docs", "--table", "pg.public.orders"], "--table: follower docs keeps documents"),
     ):
