@@ -41,11 +41,13 @@ def test_an_empty_partition_has_no_piece() -> None:
 def test_only_a_long_stretch_into_a_sink_that_shares_its_fill_goes_to_several_processes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    redis_follower = SimpleNamespace(sink=RedisSink("cache", "redis://127.0.0.1:1/0"))  # no connection is made
-    other = SimpleNamespace(sink=SimpleNamespace(fill_order_free=False))  # a sink whose fill must stay in order
+    redis_follower = SimpleNamespace(sink=RedisSink("cache", "redis://127.0.0.1:1/0"), on_driver=False)  # no connection
+    other = SimpleNamespace(sink=SimpleNamespace(fill_order_free=False), on_driver=False)  # a fill that stays in order
+    documents = SimpleNamespace(sink=redis_follower.sink, on_driver=True)  # a follower whose state is a driver's file
     long = {TopicPartition("t", 0): parallel.MIN_RECORDS}
     assert replay.shared(redis_follower, {}, long)  # type: ignore[arg-type]
     assert not replay.shared(other, {}, long)  # type: ignore[arg-type]
+    assert not replay.shared(documents, {}, long)  # type: ignore[arg-type]
     assert not replay.shared(redis_follower, {TopicPartition("t", 0): 1}, long)  # type: ignore[arg-type]
     monkeypatch.setattr(parallel, "MIN_RECORDS", 0)
     assert not replay.shared(redis_follower, {}, {TopicPartition("t", 0): 0})  # type: ignore[arg-type]
