@@ -121,7 +121,7 @@ def reindex_documents(
                 if not page:
                     break
                 after = page[-1][0]
-                result = sink.write(0, [document_row(tree, b) for b in built])
+                result = sink.write(0, [document_row(tree, b, sink) for b in built])
                 if result.rejected:
                     raise FatalError(
                         f"follower {follower.name}: the new generation of {tree.target} refused "
@@ -142,7 +142,7 @@ def reindex_documents(
                     for key in again[at : at + PAGE]:
                         doc, _newest, _nested = documents.build(tree, key)
                         version = mirror.version_written(tree.name, key)  # as the daemon wrote it, or the fill
-                        rows.append(document_row(tree, Built(key, version, doc, 0)))
+                        rows.append(document_row(tree, Built(key, version, doc, 0), sink))
                 sink.write(0, rows)
             sink.make_visible([tree.target])
             summary.caught_up[tree.name] = len(again)
@@ -187,7 +187,7 @@ def repair_documents(
                         above = max(mirror.version_written(tree.name, key), held.get(key, -1)) + 1
                         built.append(Built(key, max(above, newest), doc, 0))
                     mirror.record(tree.name, {b.key: b.version for b in built})
-                    result = sink.write(0, [document_row(tree, b) for b in built])
+                    result = sink.write(0, [document_row(tree, b, sink) for b in built])
                     mirror.commit()
                 except BaseException:
                     mirror.rollback()

@@ -81,6 +81,9 @@ member                     contract
 ``writers``                ``write`` calls a follower (chunks of one batch) may make at once, from
                            as many threads: more than 1 only when the apply rule does not depend
                            on the order of writes (1: they must not overlap)
+``holds_objects``          a row's fields may be objects and arrays of them, stored as they are
+                           (Elasticsearch); otherwise a document of related tables is stored as
+                           one JSON text (``sync.documents.follower.stored``)
 ``fill_order_free``        a bootstrap's or reindex's fill of its staged generations may be split over
                            several processes writing in any order (``snapshot.parallel``)
 ``take_over(staged, m)``   write where another process's staged generations are (``Generations.plain``)
@@ -173,6 +176,7 @@ class Writer(Protocol):
 
     name: str
     order_free: bool  # its apply rule does not depend on the order of writes (sync.sinks)
+    holds_objects: bool  # fields may be nested objects and arrays, stored as they are (documents)
     needs_spark: bool
     chunk_rows: int | None
     writers: int

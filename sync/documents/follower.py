@@ -21,9 +21,11 @@ documents written and refused are logged per batch.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -36,7 +38,7 @@ from cdcsync.sync.documents.engine import NESTED_LIMIT, Built, Documents, finger
 from cdcsync.sync.documents.mirror import Mirror
 from cdcsync.sync.documents.tree import Node, Tree
 from cdcsync.sync.follower import Follower
-from cdcsync.sync.mapping import Row, TableMapping
+from cdcsync.sync.mapping import Row, TableMapping, scalar_text
 from cdcsync.sync.sink import Sink
 
 log = logging.getLogger("cdcsync.documents")
@@ -138,7 +140,7 @@ class DocumentFollower(Follower):
                                      "index.mapping.nested_objects.limit): not written; map the largest array as "
                                      "object (nested: false), or raise the limit on the index and here")  # fmt: skip
                         continue
-                    rows.append(document_row(tree, built))
+                    rows.append(document_row(tree, built, self.sink))
                 self.mirror.writing(tree.name, {b.key: b.version for b in page})
                 result = self._write(batch_id, rows, counts) if rows else None
                 if result is not None:
@@ -165,21 +167,50 @@ class DocumentFollower(Follower):
         return [document_mapping(tree) for tree in self.trees]
 
 
-def document_row(tree: Tree, built: Built) -> Row:
-    """A rebuilt document as the row a sink writes: its root's id, the document's version, None for a delete."""
+DOCUMENT_FIELD = "doc"  # the field of a store without objects (Redis) that holds a document's JSON
+
+
+def stored(sink: Sink, doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A document as ``sink`` takes it: as it is where fields may be objects, else ``{"doc": its JSON text}``."""
+    if doc is None or sink.holds_objects:
+        return doc
+    return {DOCUMENT_FIELD: document_json(doc)}
+
+
+def document_json(doc: dict[str, Any]) -> str:
+    """A document's JSON text, keys sorted, each value in the text a store keeps of it (``scalar_text``)."""
+    return orjson.dumps(_plain(doc), option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _plain(value: Any) -> Any:
+    if value is None or type(value) in (str, int, bool):
+        return value
+    if type(value) is float:
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    text = scalar_text(value)
+    return text if text is not None else str(value)
+
+
+def document_row(tree: Tree, built: Built, sink: Sink) -> Row:
+    """A rebuilt document as the row ``sink`` writes: its root's id, the document's version, None for a delete."""
+    doc = stored(sink, built.doc)
     change = Change(
         source="",
         table=tree.root.table,
         op="d" if built.doc is None else "u",
         key={},
-        after=built.doc,
+        after=doc,
         commit_ts_ms=None,
         version=built.version,
         topic=tree.root.topic,
         partition=-1,
         offset=-1,
     )
-    return Row(change, tree.target, built.key, built.doc)
+    return Row(change, tree.target, built.key, doc)
 
 
 def document_mapping(tree: Tree) -> TableMapping:

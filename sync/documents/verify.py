@@ -28,6 +28,7 @@ from cdcsync.errors import ConfigError
 from cdcsync.sources import kind_of
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.documents.build import trees
+from cdcsync.sync.documents.follower import stored
 from cdcsync.sync.documents.tree import Node, Tree
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id
 from cdcsync.sync.sink import Sink, batched
@@ -186,15 +187,15 @@ def _verify(
         for page in SourceDocuments(source, tree, mappings).documents():
             seen.executemany("INSERT OR IGNORE INTO roots VALUES (?)", ((k,) for k, _ in page))
             report.source_rows += len(page)
-            stored = {k: doc for k, _, doc in sink.lookup(tree.target, [k for k, _ in page])}
+            in_store = {k: doc for k, _, doc in sink.lookup(tree.target, [k for k, _ in page])}
             for key, doc in page:
-                held = stored.get(key)
+                held = in_store.get(key)
                 if held is None:
                     report.missing_count += 1
                     if len(report.missing) < EXAMPLES:
                         report.missing.append(key)
                     continue
-                expected = sink.stored_form(doc)
+                expected = sink.stored_form(stored(sink, doc) or {})
                 if held != expected:
                     report.stale_count += 1
                     if len(report.stale) < EXAMPLES:

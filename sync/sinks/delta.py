@@ -123,6 +123,8 @@ class DeltaSink(Sink, Digesting):
     """Applies batches to Delta tables under ``path`` (see the module docstring)."""
 
     order_free = False  # a MERGE's version guard is per table version: one writer, batches in order
+
+    holds_objects = False  # columns of the table's types; documents are for the other stores
     needs_spark = True
     chunk_rows: int | None = None  # one MERGE per table per batch: a Delta commit costs seconds, chunks multiply them
     writers = 1  # two MERGEs into one table conflict (one batch's tables are MERGEd at once: delta_writers)

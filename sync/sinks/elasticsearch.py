@@ -117,6 +117,8 @@ class ElasticsearchSink(Sink, MarkerPurge):
     """Applies rows to ``<index_prefix><target>`` aliases; see the module docstring."""
 
     order_free = True  # the version rule decides, whatever order writes land in (sync.sinks)
+
+    holds_objects = True  # objects and arrays of them are fields of a document (`object`, `nested`)
     fill_order_free = True
     needs_spark = False
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile

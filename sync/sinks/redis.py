@@ -114,6 +114,8 @@ class RedisSink(Sink):
     """Applies rows to ``<prefix>:<target>:<doc_id>`` hashes; see the module docstring."""
 
     order_free = True  # the version rule decides, whatever order writes land in (sync.sinks)
+
+    holds_objects = False  # a hash holds text: a document of related tables is one JSON field
     fill_order_free = True
     needs_spark = False
     chunk_rows: int | None = 1000  # the follower writes chunks of this many records, parsing the next meanwhile

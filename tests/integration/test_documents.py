@@ -247,7 +247,9 @@ def test_every_change_of_a_related_table_reaches_the_documents_it_belongs_to(sto
     assert es_doc(store, "orders", "1000")["id"] == 1000
     cache = redis.Redis(port=int(ENV["REDIS_PORT"]), decode_responses=True)
     assert not cache.exists(f"{store.tag}:orders:7") or not cache.hgetall(f"{store.tag}:orders:7")
-    assert json.loads(cache.hget(f"{store.tag}:orders:1000", "lines") or "[]")
+    cached = json.loads(cache.hget(f"{store.tag}:orders:1000", "doc") or "{}")  # the document as one JSON text
+    searched = {k: v for k, v in es_doc(store, "orders", "1000").items() if not k.startswith("cdcsync_")}
+    assert cached["id"] == 1000 and cached["lines"] and cached == searched
 
     # The same rows again in one transaction touching every table: documents built from the newest state
     execute(
@@ -266,6 +268,7 @@ def test_every_change_of_a_related_table_reaches_the_documents_it_belongs_to(sto
     es.index(index=f"{store.tag}-orders", id="3", document={**held, "lines": held["lines"][1:]}, refresh=True)
     cache.delete(f"{store.tag}:orders:5")
     stray = {**cache.hgetall(f"{store.tag}:orders:3")}
+    assert set(stray) == {"doc", "_v"}, stray
     cache.hset(f"{store.tag}:orders:7777", mapping=stray)
     search = store.config.follower("search")
     (orders, customers) = verify_documents(store.config, search, build_sink(store.config, search, store.spark))
