@@ -91,10 +91,11 @@ class Documents:
 
     # -- changes -> mirror + dirty roots ---------------------------------------------------------------------
 
-    def apply(self, rows: Iterable[Row]) -> tuple[list[Row], int]:
+    def apply(self, rows: Iterable[Row], walk: bool = True) -> tuple[list[Row], int]:
         """Apply rows (each the last change of its key in a chunk) to the mirror; (applied, older count).
 
-        Runs inside the caller's transaction (``Mirror.begin``).
+        Runs inside the caller's transaction (``Mirror.begin``). ``walk=False``: no roots are marked (a
+        bootstrap's fill marks them all once it is done: ``Mirror.dirty_all``).
         """
         applied: list[Row] = []
         older = 0
@@ -109,7 +110,7 @@ class Documents:
                 continue
             old = held[1] if held is not None else None
             dirtied: dict[str, dict[str, int]] = {}
-            for tree, node, joined in self._uses[table]:
+            for tree, node, joined in self._uses[table] if walk else ():
                 roots = dirtied.setdefault(tree.name, {})
                 for doc in (old, row.doc):
                     for root in self._join_roots(node, doc) if joined else self._roots(node, row.doc_id, doc):

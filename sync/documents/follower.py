@@ -84,7 +84,7 @@ class DocumentFollower(Follower):
         self.mirror.begin()
         try:
             for rows, _ in self._mapped_chunks(records, counts):
-                done, older = self.documents.apply(rows)
+                done, older = self.documents.apply(rows, walk=not self.filling)
                 applied.extend(r for r in done)
                 counts.older += older
                 deadline.progress(self.name)
@@ -118,6 +118,8 @@ class DocumentFollower(Follower):
 
     def filled(self) -> None:
         """Every document of the mirror the fill built, written once into the staged generations."""
+        for tree in self.trees:
+            self.mirror.dirty_all(tree.name)
         counts = BatchCounts()
         written, refused = self.write_dirty(0, counts)
         self.dead_letters.flush()

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 Doc = dict[str, Any]
+CACHE_KIB = 65536  # SQLite's page cache: the mirror's memory, whatever its size on disk (docs/documents.md)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Mirror:
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=600)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a committed batch survives a power loss too
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # the pages a lookup walks, at most this much memory
         self._names = self._schema()
 
     def _schema(self) -> dict[Any, str]:
@@ -103,9 +105,7 @@ class Mirror:
             what = f"fingerprint:{document}"
             if known.get(what) == fingerprint:
                 continue
-            # A mapping new or changed since the documents were written: every root known is written again.
-            db.execute(f"INSERT INTO {names[('dirty', document)]} SELECT k, v FROM {names[root]} WHERE true "
-                       "ON CONFLICT (k) DO UPDATE SET v = max(v, excluded.v)")  # fmt: skip
+            self._dirty_all(document, root)  # a mapping new or changed since: every root known is written again
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (what, fingerprint))
             known[what] = fingerprint
         db.execute("COMMIT")
@@ -173,6 +173,20 @@ class Mirror:
         self._db.executemany(
             f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = max(v, excluded.v)", roots.items()
         )
+
+    def dirty_all(self, document: str) -> None:
+        """Mark every root of ``document`` the mirror knows (live or deleted) for a rebuild (a bootstrap's fill)."""
+        self.begin()
+        try:
+            self._dirty_all(document, self._docs[document][0])
+            self.commit()
+        except BaseException:
+            self.rollback()
+            raise
+
+    def _dirty_all(self, document: str, root: str) -> None:
+        self._db.execute(f"INSERT INTO {self._names[('dirty', document)]} SELECT k, v FROM {self._names[root]} "
+                         "WHERE true ON CONFLICT (k) DO UPDATE SET v = max(v, excluded.v)")  # fmt: skip
 
     def pending(self, document: str, limit: int) -> list[tuple[str, int, int]]:
         """Up to ``limit`` roots to rebuild: (key, the newest version that changed it, the version last written)."""
