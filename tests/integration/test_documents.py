@@ -349,3 +349,93 @@ def test_a_new_document_follower_is_bootstrapped_from_the_topics_then_streams_fr
     execute("postgres", f"UPDATE {t['customers']} SET name = 'after the bootstrap'")
     store.run_once()  # streams from where the bootstrap stopped
     store.assert_converged()
+
+
+def test_documents_of_a_mariadb_source_with_text_and_composite_keys_converge(spark: Any, tmp_path: Path) -> None:
+    tag = f"m{uid()}"
+    t = {r: f"{r}_{tag}" for r in ("orders", "lines", "tags", "order_tags", "tick")}
+    execute(
+        "mariadb",
+        f"CREATE TABLE {t['orders']} (code VARCHAR(40) PRIMARY KEY, total DECIMAL(12,2), placed DATETIME(3))",
+        f"CREATE TABLE {t['lines']} (code VARCHAR(40) NOT NULL, n INT NOT NULL, qty INT, note TEXT, "
+        "PRIMARY KEY (code, n))",
+        f"CREATE TABLE {t['tags']} (id INT PRIMARY KEY, label VARCHAR(40))",
+        f"CREATE TABLE {t['order_tags']} (code VARCHAR(40) NOT NULL, tag INT NOT NULL, PRIMARY KEY (code, tag))",
+        f"CREATE TABLE {t['tick']} (id INT PRIMARY KEY)",
+        f"INSERT INTO {t['orders']} VALUES ('A-1', 10.50, '2026-01-02 03:04:05.678'), ('b|2', NULL, NULL), "
+        "('Ü 3', 0.01, '1999-12-31 23:59:59.999')",
+        f"INSERT INTO {t['lines']} VALUES ('A-1', 1, 2, 'x'), ('A-1', 2, 1, NULL), ('b|2', 1, 5, 'ü')",
+        f"INSERT INTO {t['tags']} VALUES (1, 'red'), (2, 'blue')",
+        f"INSERT INTO {t['order_tags']} VALUES ('A-1', 1), ('A-1', 2), ('Ü 3', 2)",
+    )
+    database = ENV["MARIADB_DATABASE"]
+    document = {
+        "table": t["orders"],
+        "children": {
+            "lines": {"table": t["lines"], "relation": "one_to_many", "foreign_key": "code", "nested": True,
+                      "columns": ["n", "qty", "note"]},
+            "tags": {"table": t["tags"], "relation": "many_to_many", "scalar": "label",
+                     "through": {"table": t["order_tags"], "parent_key": "code", "child_key": "tag"}},
+        },
+    }  # fmt: skip
+    raw = {
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{ENV['KAFKA_PORT']}"},
+        "connect": {"url": f"http://127.0.0.1:{ENV['CONNECT_PORT']}"},
+        "sources": [source_dict("mariadb", f"{tag}_ma", [f"{database}.{n}" for n in t.values()])],
+        "followers": [
+            {"name": "search", "kind": "elasticsearch", "url": f"http://127.0.0.1:{ENV['ES_PORT']}",
+             "prefix": f"{tag}-", "dead_letter_topic": f"dlq.{tag}.search", "documents": {"orders": document}},
+            {"name": "cache", "kind": "redis", "url": f"redis://127.0.0.1:{ENV['REDIS_PORT']}/0", "prefix": tag,
+             "dead_letter_topic": f"dlq.{tag}.cache", "documents": {"orders": document}},
+        ],
+        "state_dir": str(tmp_path),
+    }  # fmt: skip
+    config = Config.model_validate(raw)
+    running: dict[str, Any] = {}
+    ticks = 0
+
+    def run_once() -> None:
+        nonlocal ticks
+        ticks += 1
+        execute("mariadb", f"INSERT INTO {t['tick']} VALUES ({ticks})")
+        tick = next(x for x in config.sources[0].tables if x.table == t["tick"])
+        read_topic(config.sources[0].topic(tick), lambda rs: any(r.key == {"id": ticks} for r in rs), timeout=180)
+        for follower in config.followers:
+            running[follower.name] = running.get(follower.name) or build_follower(config, follower, spark)
+            query = start_query(spark, config, follower, running[follower.name], once=True)
+            query.awaitTermination(600)
+            assert query.exception() is None, query.exception()
+        for follower in config.followers:
+            sink = build_sink(config, follower, spark)
+            reports = verify_documents(config, follower, sink)
+            assert all(r.clean and r.source_rows == 3 for r in reports), [r.as_dict() for r in reports]
+            sink.close()
+
+    try:
+        apply(config)
+        wait_streaming(config)
+        run_once()
+        execute(
+            "mariadb",
+            f"UPDATE {t['lines']} SET code = 'Ü 3', n = 9 WHERE code = 'A-1' AND n = 2",  # a child moved
+            f"UPDATE {t['orders']} SET total = 99999999.99 WHERE code = 'b|2'",
+            f"UPDATE {t['tags']} SET label = 'green' WHERE id = 2",
+            f"DELETE FROM {t['order_tags']} WHERE code = 'A-1' AND tag = 1",
+            f"DELETE FROM {t['orders']} WHERE code = 'A-1'",
+            f"INSERT INTO {t['orders']} VALUES ('A-1 again', 1.00, NULL)",
+        )
+        run_once()
+        doc = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}").get(index=f"{tag}-orders", id="Ü 3")["_source"]
+        assert [line["n"] for line in doc["lines"]] == [9] and doc["tags"] == ["green"]
+    finally:
+        for r in running.values():
+            r.sink.close()
+            r.mirror.close()
+        drop_capture(config)
+        es = Elasticsearch(f"http://127.0.0.1:{ENV['ES_PORT']}")
+        es.indices.delete(index=f"{tag}-*", ignore_unavailable=True, allow_no_indices=True)
+        cache = redis.Redis(port=int(ENV["REDIS_PORT"]))
+        for key in cache.scan_iter(f"{tag}*", count=1000):
+            cache.delete(key)
+        for name in t.values():
+            execute("mariadb", f"DROP TABLE IF EXISTS {name}")
