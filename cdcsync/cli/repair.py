@@ -76,14 +76,20 @@ def repair(
         after = verify_follower(config, chosen, sink, only, progress=say) if todo else reports
     finally:
         sink.close()
+    _after(ctx, [d.as_dict() for d in done], after, as_json,
+           "rows still differ: see the lines above (is `cdcsync run` running?)")  # fmt: skip
+
+
+def _after(ctx: click.Context, repaired: Any, after: list[Any], as_json: bool, still: str) -> None:
+    """The verify after a repair, as lines or JSON with what was repaired; exit 1 unless clean."""
     clean = all(r.clean for r in after)
     if as_json:
-        click.echo(json.dumps({"repaired": [d.as_dict() for d in done], "verify": [r.as_dict() for r in after],
-                               "clean": clean}, indent=2))  # fmt: skip
+        click.echo(json.dumps({"repaired": repaired, "verify": [r.as_dict() for r in after], "clean": clean},
+                              indent=2))  # fmt: skip
     else:
         for r in after:
             click.echo(f"after: {_counts(r)}")
-        click.echo("clean" if clean else "rows still differ: see the lines above (is `cdcsync run` running?)")
+        click.echo("clean" if clean else still)
     if not clean:
         ctx.exit(1)
 
@@ -116,15 +122,7 @@ def _documents(
         after = verify_documents(config, chosen, sink, document, progress=say) if todo else reports
     finally:
         sink.close()
-    clean = all(r.clean for r in after)
-    if as_json:
-        click.echo(json.dumps({"repaired": done, "verify": [r.as_dict() for r in after], "clean": clean}, indent=2))
-    else:
-        for r in after:
-            click.echo(f"after: {_counts(r)}")
-        click.echo("clean" if clean else "documents still differ: the mirror disagrees with the source for them")
-    if not clean:
-        ctx.exit(1)
+    _after(ctx, done, after, as_json, "documents still differ: the mirror disagrees with the source for them")
 
 
 def _counts(r: object) -> str:

@@ -175,22 +175,16 @@ def resolve(
         ref = config.referenced_columns
         through = mine = theirs = through_parent = through_child = None
         through_topic = None
-        if config.relation == "one_to_many":
-            ref = ref or list(parent.key_columns)
-            ok = known(mapping, config.foreign_columns, f"{where}.foreign_key") & known(
-                parent, ref, f"{where}.references"
-            )
-            if ok:
-                mine = link(mapping, config.foreign_columns, parent, ref, f"{where}.foreign_key")
-                theirs = link(parent, ref, parent, ref, f"{where}.references")
-        elif config.relation == "many_to_one":
-            ref = ref or list(mapping.key_columns)
-            ok = known(parent, config.foreign_columns, f"{where}.foreign_key") & known(
-                mapping, ref, f"{where}.references"
-            )
-            if ok:
-                theirs = link(parent, config.foreign_columns, mapping, ref, f"{where}.foreign_key")
-                mine = link(mapping, ref, mapping, ref, f"{where}.references")
+        if config.relation != "many_to_many":
+            # one_to_many: the child holds the foreign key; many_to_one: the parent holds it
+            child_holds = config.relation == "one_to_many"
+            holder, referenced = (mapping, parent) if child_holds else (parent, mapping)
+            ref = ref or list(referenced.key_columns)
+            ok = known(holder, config.foreign_columns, f"{where}.foreign_key")
+            if known(referenced, ref, f"{where}.references") and ok:
+                holding = link(holder, config.foreign_columns, referenced, ref, f"{where}.foreign_key")
+                held = link(referenced, ref, referenced, ref, f"{where}.references")
+                mine, theirs = (holding, held) if child_holds else (held, holding)
         else:
             assert config.through is not None
             joined = table_of(config.through.table, f"{where}.through.table")
