@@ -44,7 +44,7 @@ def _columns(value: str | list[str]) -> list[str]:
 class ThroughConfig(_Strict):
     """The join table of a many-to-many relation: one row per pair of related parent and child."""
 
-    table: str = Field(min_length=3, description="the join table, `namespace.table`, of the document's source")
+    table: str = Field(min_length=1, description="the join table, `namespace.table`, of the document's source")
     parent_key: str | list[str] = Field(description="its column(s) that reference the parent's key")
     child_key: str | list[str] = Field(description="its column(s) that reference the child's key")
 
@@ -63,7 +63,9 @@ class DocumentNodeConfig(_Strict):
     columns: list[str] | None = Field(None, description="the columns the document holds (default: every column)")
     rename: dict[str, str] = Field(default_factory=dict, description="column -> its field name in the document")
     children: dict[str, DocumentChildConfig] = Field(
-        default_factory=dict, description="field name -> a related table, nested under this one's rows"
+        default_factory=dict,
+        description="field name -> a related table, nested under this one's rows (a child's children the same way, "
+        "up to 8 levels below the root)",
     )
 
     @field_validator("children")
@@ -78,7 +80,7 @@ class DocumentNodeConfig(_Strict):
 class DocumentChildConfig(DocumentNodeConfig):
     """A table related to its parent in the document tree, and how."""
 
-    table: str = Field(min_length=3, description="the related table, `namespace.table`, of the document's source")
+    table: str = Field(min_length=1, description="the related table, `namespace.table`, of the document's source")
     relation: Relation = Field(description="one_to_many, many_to_one or many_to_many (docs/documents.md)")
     foreign_key: str | list[str] | None = Field(
         None,
@@ -139,7 +141,7 @@ class DocumentConfig(DocumentNodeConfig):
     """One document per row of ``table`` (its root), with its related tables nested under ``children``."""
 
     source: str | None = Field(None, description="the source of every table in it (default: the only source)")
-    table: str = Field(min_length=3, description="the root table, `namespace.table`: one document per row")
+    table: str = Field(min_length=1, description="the root table, `namespace.table`: one document per row")
     target: str | None = Field(
         None,
         pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$",
