@@ -516,3 +516,17 @@ def test_an_index_new_to_a_table_is_filled_from_the_rows_the_mirror_holds(tmp_pa
     store: dict[str, dict[str, tuple[int, Any]]] = {}
     written(again, store)
     assert live(store["customers"]) == {"1": {"id": 1, "name": "a", "orders": [{"id": 1}]}}
+
+
+def test_a_follower_whose_mirror_was_lost_behind_its_checkpoint_refuses_to_start(tmp_path: Path) -> None:
+    from cdcsync.errors import FatalError
+    from cdcsync.sync.documents.build import check_state
+
+    checkpoint, mirror = tmp_path / "ckpt", tmp_path / "mirror.sqlite"
+    check_state("docs", checkpoint, mirror)  # a new follower: neither
+    checkpoint.mkdir()
+    (checkpoint / "offsets").mkdir()
+    with pytest.raises(FatalError, match=r"mirror .* is gone.*remove .*ckpt, then `cdcsync bootstrap docs`"):
+        check_state("docs", checkpoint, mirror)
+    mirror.touch()
+    check_state("docs", checkpoint, mirror)
