@@ -39,7 +39,7 @@ changes/s, memory flat in the number of documents) are printed beside the
 figures, not asserted.
 
 Usage: python -m bench.documents [--roots 100000] [--fan-out-repeats 10] [--rate 1000] [--seconds 60]
-[--burst 30000] [--tools cdcsync,pgsync] [--json]
+[--burst 100000] [--tools cdcsync,pgsync] [--json]
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=1000, help="child changes a second in the steady phase")
     parser.add_argument("--seconds", type=float, default=60, help="length of the steady phase")
     parser.add_argument(
-        "--burst", type=int, default=30_000, help="child changes flat out after the steady phase (0: none)"
+        "--burst", type=int, default=100_000, help="child changes flat out after the steady phase (0: none)"
     )
     parser.add_argument(
         "--drain", type=float, default=900, help="seconds to wait for the last marker of the steady phase and the burst"
