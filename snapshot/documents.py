@@ -15,8 +15,8 @@ While it runs the daemon keeps following, and writes the live generation:
 2. stage a new generation of each target; fill it with every live root's
    document, a page at a time, each page read in one read transaction of the
    mirror (one state of it), at the version the live store holds for that
-   root (0 for one not written yet): whatever the daemon writes next is above
-   it;
+   root, whatever the daemon writes next being above it; a root not written
+   yet is left to the daemon, which has it to write;
 3. publish: readers switch to the new generation, the old one is dropped;
 4. rebuild the roots recorded as written after S0 and write them to the live
    (new) generation at the version last written: a root the daemon wrote into
@@ -115,9 +115,11 @@ def reindex_documents(
                     page = mirror.roots(tree.name, after, PAGE)
                     built = []
                     for key, version in page:
+                        if version < 0:  # not written yet: the daemon writes it (it is dirty), not this fill
+                            continue
                         doc, _newest, _nested = documents.build(tree, key)
                         if doc is not None:  # at the version the live store holds: the daemon's next is above
-                            built.append(Built(key, max(version, 0), doc, 0))
+                            built.append(Built(key, version, doc, 0))
                 if not page:
                     break
                 after = page[-1][0]

@@ -46,6 +46,7 @@ class Built:
     version: int
     doc: dict[str, Any] | None
     nested: int  # objects in its nested arrays, at every level (Elasticsearch's count)
+    written: int = -1  # the version last written for the root; -1: never (a missing root then needs no delete)
 
 
 def specs(trees: Iterable[Tree]) -> dict[str, TableSpec]:
@@ -208,5 +209,5 @@ class Documents:
         out = []
         for key, changed, written in self.mirror.pending(tree.name, limit):
             doc, newest, nested = self.build(tree, key)
-            out.append(Built(key, max(written + 1, changed, newest), doc, nested))
+            out.append(Built(key, max(written + 1, changed, newest), doc, nested, written))
         return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from array import array
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -80,29 +81,28 @@ class DocumentFollower(Follower):
         counts = BatchCounts()
         self.lacked.clear()
         self.failed.clear()
-        applied: list[Row] = []
+        committed = array("q")  # each applied change's commit time: its freshness ends when its documents are written
         self.mirror.begin()
         try:
             for rows, _ in self._mapped_chunks(records, counts):
                 done, older = self.documents.apply(rows, walk=not self.filling)
-                applied.extend(r for r in done)
+                counts.applied += len(done)
                 counts.older += older
+                for row in done:  # counted now: a batch's rows are not held until its documents are written
+                    change = row.change
+                    counts.applied_by_op[change.op] = counts.applied_by_op.get(change.op, 0) + 1
+                    if change.commit_ts_ms:
+                        committed.append(change.commit_ts_ms)
+                        newest = counts.newest_commit_ms.get(change.table, 0)
+                        counts.newest_commit_ms[change.table] = max(change.commit_ts_ms, newest)
                 deadline.progress(self.name)
             self.mirror.commit()
         except BaseException:
             self.mirror.rollback()
             raise
-        counts.applied = len(applied)
         written, refused = (0, 0) if self.filling else self.write_dirty(batch_id, counts)
         now_ms = time.time() * 1000
-        for row in applied:  # a change is in its documents once they are written: its freshness ends here
-            change = row.change
-            counts.applied_by_op[change.op] = counts.applied_by_op.get(change.op, 0) + 1
-            if change.commit_ts_ms:
-                counts.lags_s.append(max(now_ms - change.commit_ts_ms, 0) / 1000)
-                counts.newest_commit_ms[change.table] = max(
-                    change.commit_ts_ms, counts.newest_commit_ms.get(change.table, 0)
-                )
+        counts.lags_s.extend(max(now_ms - ts, 0) / 1000 for ts in committed)
         if written or refused:
             log.info("follower=%s batch=%d documents_written=%d documents_refused=%d", self.name, batch_id,
                      written, refused)  # fmt: skip
@@ -135,6 +135,8 @@ class DocumentFollower(Follower):
                     break
                 rows: list[Row] = []
                 for built in page:
+                    if built.doc is None and built.written < 0:  # a root never written, with no row: nothing to delete
+                        continue
                     if built.nested > self.nested_limit:
                         refused += 1
                         self._refuse(tree, built, f"document {tree.name} {built.key!r} holds {built.nested} nested "
@@ -149,7 +151,7 @@ class DocumentFollower(Follower):
                     written += result.applied + result.older
                     for row, reason in result.rejected:
                         refused += 1
-                        self._refuse(tree, Built(row.doc_id, row.version, row.doc, 0), reason)
+                        self._refuse(tree, Built(row.doc_id, row.version, row.doc, 0, -1), reason)
                 self.mirror.written(tree.name, [b.key for b in page])
                 deadline.progress(self.name)
         return written, refused

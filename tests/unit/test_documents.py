@@ -530,3 +530,20 @@ def test_a_follower_whose_mirror_was_lost_behind_its_checkpoint_refuses_to_start
         check_state("docs", checkpoint, mirror)
     mirror.touch()
     check_state("docs", checkpoint, mirror)
+
+
+def test_a_root_never_seen_is_not_deleted_and_a_deleted_one_is(tmp_path: Path) -> None:
+    s = Source()
+    s.put("public.lines", order_id=1, n=1, product_id="p1", qty=1)  # its order not there (yet, or ever)
+    documents = engine(tmp_path, "orders")
+    applied(documents, s.changes)
+    (orphan,) = documents.rebuilt(documents.trees[0], 10)
+    assert orphan.doc is None and orphan.written == -1  # the follower writes nothing for it
+    store: dict[str, dict[str, tuple[int, Any]]] = {}
+    s.put("public.orders", id=1, customer_id=1, status="new")
+    s.delete("public.orders", "1")
+    applied(documents, s.changes[1:2])
+    written(documents, store)
+    applied(documents, s.changes[2:])
+    (gone,) = documents.rebuilt(documents.trees[0], 10)
+    assert gone.doc is None and gone.written >= 0  # written before: its delete is written
