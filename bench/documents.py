@@ -9,11 +9,13 @@ the same three phases (``bench.documents_phases``):
 
 - **fill**: ``--roots`` orders already in the tables. cdcsync: the connector
   is applied and the bench waits until every table's snapshot is in Kafka,
-  then starts ``cdcsync run`` (a subprocess, as the daemon runs, background
-  verification off); PGSync: ``bootstrap``, then ``pgsync --daemon``. Timed
-  from the process's start until the index counts every root: a JVM's and
-  a first query's start-up included (``first_s`` says how long until the
-  first document; ``per_s_after_first`` is the rate after it);
+  then runs ``cdcsync bootstrap`` (the mirror from the topics, every document
+  once into a staged index, published), then starts ``cdcsync run`` (a
+  subprocess, as the daemon runs, background verification off) for the other
+  phases; PGSync: ``bootstrap``, then ``pgsync --daemon``, whose first sync
+  is its fill. Timed from the process's start until the index counts every
+  root: a JVM's and a first query's start-up included (``first_s`` says how
+  long until the first document; ``per_s_after_first`` is the rate after it);
 - **fan-out**: one product row held by ``FAN_OUT`` (200) orders updated,
   ``--fan-out-repeats`` times: commit -> the last of the 200 documents shows it;
 - **steady**: ``--rate`` child changes a second (line quantities, each in
@@ -133,15 +135,19 @@ def _source(tag: str, schema: str) -> Any:
     return Config.model_validate(shop.cdcsync_config(tag, schema, "")).sources[0]
 
 
-def _phases(args: Any, pg: Any, es: Any, schema: str, index: str, pid: int, check: Any, tool: str) -> dict[str, Any]:
-    """Fill, fan-out and steady against ``index``, with the peak RSS of ``pid``'s tree in each."""
+def _phases(
+    args: Any, pg: Any, es: Any, schema: str, index: str, pid: int, check: Any, tool: str, fill: bool = True
+) -> dict[str, Any]:
+    """Fill (unless done already), fan-out and steady against ``index``, with the peak RSS of ``pid``'s tree in
+    each."""
     out: dict[str, Any] = {}
     rss = phases.PhaseRss(pid)
     try:
-        rss.phase("fill")
-        say(f"  fill: waiting for {args.roots:,} documents in {index} ...")
-        out["fill"] = phases.fill(es, index, args.roots, check, FILL_TIMEOUT_S)
-        say(f"  {out['fill']}")
+        if fill:
+            rss.phase("fill")
+            say(f"  fill: waiting for {args.roots:,} documents in {index} ...")
+            out["fill"] = phases.fill(es, index, args.roots, check, FILL_TIMEOUT_S)
+            say(f"  {out['fill']}")
         rss.phase("fan_out")
         out["fan_out"] = phases.fan_out(pg, es, schema, index, args.fan_out_repeats, check, 600)
         say(f"  {out['fan_out']}")
@@ -186,14 +192,32 @@ def _cdcsync(args: Any, pg: Any, es: Any, tag: str, schema: str, tmp: Path) -> d
         apply(config)
         _wait_snapshot(config, shop.row_counts(args.roots))
         out["snapshot_s"] = round(time.monotonic() - started, 1)
-        say(f"  snapshot in Kafka after {out['snapshot_s']} s; starting `cdcsync run` (log {log})")
+        # The fill is `cdcsync bootstrap`, as PGSync's is its first sync: the mirror from the topics, then every
+        # document once into a staged index, published; the daemon streams from where it stopped.
+        say(f"  snapshot in Kafka after {out['snapshot_s']} s; `cdcsync bootstrap` (log {log})")
+        boot = subprocess.Popen(
+            [sys.executable, "-m", "cdcsync", "--config", str(config_path), "bootstrap", "search"],
+            stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+        def booting() -> None:
+            if boot.poll() not in (None, 0):
+                raise SystemExit(f"`cdcsync bootstrap` exited ({boot.returncode}): {log.read_text()[-3000:]}")
+
+        rss = phases.PhaseRss(boot.pid)
+        rss.phase("fill")
+        say(f"  fill: waiting for {args.roots:,} documents in {tag}-orders ...")
+        out["fill"] = phases.fill(es, f"{tag}-orders", args.roots, booting, FILL_TIMEOUT_S)
+        boot.wait(120)
+        out["fill"]["rss"] = rss.stop()["fill"]
+        say(f"  {out['fill']}; starting `cdcsync run`")
         daemon = start_daemon(config_path, log, "--metrics-port", str(_free_port()))
 
         def check() -> None:
             if daemon is not None and daemon.poll() is not None:
                 raise SystemExit(f"`cdcsync run` exited ({daemon.returncode}): {log.read_text()[-3000:]}")
 
-        out |= _phases(args, pg, es, schema, f"{tag}-orders", daemon.pid, check, "cdcsync")
+        out |= _phases(args, pg, es, schema, f"{tag}-orders", daemon.pid, check, "cdcsync", fill=False)
     finally:
         stop_daemon(daemon)
         say("cdcsync: removing the connector, its slot, publication and topics, the dead-letter topic, the index")
