@@ -6,10 +6,12 @@ Per batch, in this order (what makes a crash safe, as for rows: ``sync.follower`
    dead-letter what cannot be parsed (``Follower._mapped_chunks``, shared);
 2. in one transaction: apply each change to the mirror under the version rule,
    and mark the roots it touches dirty (``sync.documents.engine``); commit;
-3. rebuild the dirty roots' documents, a page at a time, write them under the
-   apply rule with their document versions, and take each page off the dirty
-   list once written; a document the store refuses, or one past the nested
-   objects' limit, goes to the dead-letter topic with the reason;
+3. rebuild the dirty roots' documents, a page at a time: record the page's
+   versions and the mirror's write counter (what a reindex running meanwhile
+   reads, ``cdcsync.snapshot.documents``), write them under the apply rule,
+   and take the page off the dirty list; a document the store refuses, or one
+   past the nested objects' limit, goes to the dead-letter topic with the
+   reason; a root never written whose row is not there is left alone;
 4. return, and only then does Spark record the batch's offsets.
 
 A crash after 2 leaves the roots dirty; the replayed batch applies nothing
