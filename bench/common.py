@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,15 +36,24 @@ def start_daemon(
     return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def stop_daemon(daemon: subprocess.Popen[bytes] | None) -> None:
-    """Stop it as a service manager would: SIGTERM, two minutes to stop between batches, then SIGKILL."""
+def stop_daemon(daemon: subprocess.Popen[bytes] | None, within_s: float = 120) -> None:
+    """Stop a process group as a service manager would: SIGTERM, ``within_s`` to stop (the daemon: between
+    batches), then SIGKILL."""
     if daemon is None or daemon.poll() is not None:
         return
     os.killpg(daemon.pid, signal.SIGTERM)
     try:
-        daemon.wait(120)
+        daemon.wait(within_s)
     except subprocess.TimeoutExpired:
         os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait(30)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on the loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def say(message: str) -> None:

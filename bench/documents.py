@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -62,7 +61,7 @@ import yaml
 
 from bench import documents_phases as phases
 from bench import documents_shop as shop
-from bench.common import ENV, REPO, say, stack, start_daemon, stop_daemon, stop_on_sigterm
+from bench.common import ENV, REPO, free_port, say, stack, start_daemon, stop_daemon, stop_on_sigterm
 from bench.documents_report import print_results
 
 FILL_TIMEOUT_S = 3600
@@ -211,7 +210,7 @@ def _cdcsync(args: Any, pg: Any, es: Any, tag: str, schema: str, tmp: Path) -> d
         boot.wait(120)
         out["fill"]["rss"] = rss.stop()["fill"]
         say(f"  {out['fill']}; starting `cdcsync run`")
-        daemon = start_daemon(config_path, log, "--metrics-port", str(_free_port()))
+        daemon = start_daemon(config_path, log, "--metrics-port", str(free_port()))
 
         def check() -> None:
             if daemon is not None and daemon.poll() is not None:
@@ -232,7 +231,7 @@ def _pgsync(args: Any, pg: Any, es: Any, tag: str, schema: str, tmp: Path) -> di
 
     tmp.mkdir(parents=True)
     python = pgsync_tool.ensure_venv(Path(args.pgsync_venv))
-    port = _free_port()
+    port = free_port()
     proxy = pgsync_tool.start_proxy(port, tmp / "proxy.log")
     index = f"{tag}-pgsync-orders"
     tool = pgsync_tool.PGSync(python, tmp, shop.pgsync_schema(schema, index), f"http://127.0.0.1:{port}",
@@ -275,12 +274,6 @@ def _wait_snapshot(config: Any, counts: dict[str, int], timeout_s: float = 1800)
             time.sleep(1)
     finally:
         consumer.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 if __name__ == "__main__":

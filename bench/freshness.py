@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -85,7 +84,17 @@ from typing import Any
 import yaml
 
 from bench import cpu, daemon_report, raw
-from bench.common import ENV, cleanup, one_table_doc, say, start_daemon, stop_daemon, stop_on_sigterm, three_followers
+from bench.common import (
+    ENV,
+    cleanup,
+    free_port,
+    one_table_doc,
+    say,
+    start_daemon,
+    stop_daemon,
+    stop_on_sigterm,
+    three_followers,
+)
 from bench.freshness_report import print_results
 from bench.markers import TARGET, Marks, Poller
 
@@ -165,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         f"INSERT INTO {table} SELECT g, CASE WHEN g = 0 THEN 'mark:0' ELSE 'row ' || g END, 0, "
         f"repeat(md5(g::text), 16) FROM generate_series(0, {args.rows}) g"
     )
-    port = _free_port()
+    port = free_port()
     daemon_env = _pairs(args.daemon_env)
     results: dict[str, Any] = {
         "rows": args.rows,
@@ -379,12 +388,6 @@ def _quantile_sorted(values: list[float], q: str) -> float | None:
 def _pairs(items: list[str]) -> dict[str, str]:
     """``KEY=VALUE`` options as a dict (the value may hold ``=``)."""
     return dict(item.partition("=")[::2] for item in items)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 if __name__ == "__main__":

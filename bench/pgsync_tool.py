@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import ENV, say
+from bench.common import ENV, say, stop_daemon
 
 PGSYNC_VERSION = "7.3.0"
 
@@ -114,14 +114,7 @@ class PGSync:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
+        stop_daemon(process, within_s=30)
 
     def teardown(self, pg: Any) -> None:
         """Remove the slot and the Redis queue (the schema's objects go with the schema); each step alone."""
