@@ -53,7 +53,7 @@ from cdcsync.sync.documents.build import mirror_path, trees
 from cdcsync.sync.documents.engine import Built, Documents, fingerprint, specs
 from cdcsync.sync.documents.follower import document_mapping, document_row
 from cdcsync.sync.documents.mirror import Mirror
-from cdcsync.sync.documents.verify import unit
+from cdcsync.sync.documents.tree import unit
 from cdcsync.sync.sinks import build_sink
 from cdcsync.sync.verify.report import TableReport
 
@@ -153,6 +153,12 @@ def reindex_documents(
         mirror.close()
     summary.seconds = round(time.monotonic() - started, 1)
     return summary
+
+
+def repaired(done: dict[str, dict[str, int]]) -> list[str]:
+    """A line per document of what ``repair_documents`` did."""
+    return [f"{unit(name)}: {c['written']} rewritten from the mirror, {c['older']} refused as older"
+            for name, c in done.items()]  # fmt: skip
 
 
 def repair_documents(

@@ -191,11 +191,9 @@ def start(config: Config, follower: FollowerConfig, sink: Sink, reports: list[Ta
     A follower of documents has its divergent documents rewritten from its mirror (``snapshot.documents``).
     """
     if follower.documents is not None:
-        from cdcsync.snapshot.documents import repair_documents
+        from cdcsync.snapshot.documents import repair_documents, repaired
 
-        written = repair_documents(config, follower, None, reports)
-        return "; ".join(f"documents.{name}: {c['written']} rewritten from the mirror, {c['older']} refused as older"
-                         for name, c in written.items())  # fmt: skip
+        return "; ".join(repaired(repair_documents(config, follower, None, reports)))
     done = [request(plan, sink) for plan in plans(config, follower, reports)]
     return "; ".join(
         f"{d.table}: asked again for {d.asked} rows in {d.signals} signals, removed {d.removed} extra rows"

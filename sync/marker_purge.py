@@ -26,6 +26,7 @@ from typing import cast
 from cdcsync import metrics
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.errors import CdcsyncError, RetryableError
+from cdcsync.sync.documents.tree import unit
 from cdcsync.sync.sink import MarkerPurge as PurgesMarkers  # the role; MarkerPurge below is the pass
 from cdcsync.sync.sinks import build_sink, purges_markers
 
@@ -66,7 +67,7 @@ class MarkerPurge:
         compaction horizon of its source)."""
         if follower.documents is not None:
             return [
-                (f"documents.{name}", follower.document_target(name),
+                (unit(name), follower.document_target(name),
                  self.config.document_source(follower, name).compaction_horizon_s)
                 for name in follower.documents
             ]  # fmt: skip

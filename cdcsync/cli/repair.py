@@ -97,13 +97,14 @@ def _after(ctx: click.Context, repaired: Any, after: list[Any], as_json: bool, s
 def _documents(
     ctx: click.Context, config: Any, chosen: Any, only: str | None, report_file: Path | None, as_json: bool
 ) -> None:
-    from cdcsync.snapshot.documents import repair_documents
+    from cdcsync.snapshot.documents import repair_documents, repaired
+    from cdcsync.sync.documents.tree import document_of
     from cdcsync.sync.documents.verify import verify_documents
     from cdcsync.sync.sinks import build_sink
     from cdcsync.sync.verify.compare import TableReport
 
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
-    document = only.removeprefix("documents.") if only is not None else None
+    document = document_of(only) if only is not None else None
     sink = build_sink(config, chosen, None)
     try:
         if report_file is not None:
@@ -115,10 +116,8 @@ def _documents(
         todo = [r for r in reports if not r.clean]
         say(f"{len(todo)} documents differ" + "".join(f"\n  {_counts(r)}" for r in todo))
         done = repair_documents(config, chosen, None, todo) if todo else {}
-        for name, counts in done.items():
-            say(
-                f"  documents.{name}: {counts['written']} rewritten from the mirror, {counts['older']} refused as older"
-            )
+        for line in repaired(done):
+            say(f"  {line}")
         after = verify_documents(config, chosen, sink, document, progress=say) if todo else reports
     finally:
         sink.close()

@@ -24,6 +24,18 @@ from cdcsync.config.document import DocumentChildConfig, DocumentConfig, Documen
 from cdcsync.errors import ConfigError
 from cdcsync.sync.mapping import TableMapping, doc_id
 
+UNIT = "documents."
+
+
+def unit(document: str) -> str:
+    """How a document is named where tables are named ``source.namespace.table`` (reports, results, metrics)."""
+    return f"{UNIT}{document}"
+
+
+def document_of(name: str) -> str:
+    """The document a name made by ``unit`` stands for."""
+    return name.removeprefix(UNIT)
+
 
 @dataclass(frozen=True)
 class Link:

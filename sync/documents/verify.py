@@ -29,7 +29,7 @@ from cdcsync.sources import kind_of
 from cdcsync.sync.catalog import mappings_for
 from cdcsync.sync.documents.build import trees
 from cdcsync.sync.documents.follower import stored
-from cdcsync.sync.documents.tree import Node, Tree
+from cdcsync.sync.documents.tree import Node, Tree, unit
 from cdcsync.sync.mapping import TableMapping, canonical_doc, doc_id
 from cdcsync.sync.sink import Sink, batched
 from cdcsync.sync.verify.report import EXAMPLES, TableReport
@@ -137,11 +137,6 @@ def differences(expected: dict[str, Any], held: dict[str, Any]) -> dict[str, lis
 
 def _shown(value: Any) -> Any:
     return value if value is None or isinstance(value, str | int | float | bool | list | dict) else str(value)
-
-
-def unit(document: str) -> str:
-    """How a document is named where tables are named ``source.namespace.table`` (reports, results, metrics)."""
-    return f"documents.{document}"
 
 
 def verify_documents(

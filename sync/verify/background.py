@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from cdcsync import metrics
 from cdcsync.config import Config, FollowerConfig
 from cdcsync.state import base_dir, write_private
-from cdcsync.sync.documents.verify import unit, verify_documents
+from cdcsync.sync.documents.tree import document_of, unit
+from cdcsync.sync.documents.verify import verify_documents
 from cdcsync.sync.sinks import build_sink
 from cdcsync.sync.verify.compare import TableReport, verify_follower
 
@@ -112,7 +113,7 @@ class BackgroundVerify:
         sink = build_sink(self.config, follower, self.spark)
         try:
             if follower.documents is not None:
-                document = table.removeprefix(unit(""))
+                document = document_of(table)
                 (report,) = verify_documents(self.config, follower, sink, document, pace=follower.verify.rows_per_s)
             else:
                 (report,) = verify_follower(self.config, follower, sink, only=table, pace=follower.verify.rows_per_s)
